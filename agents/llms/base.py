@@ -1,0 +1,222 @@
+"""The LLM interface: one async streaming core, lagent's ``chat``/``stream_chat`` on top.
+
+A backend overrides one of ``astream`` (deltas with usage and finish reason), ``stream_chat``
+(text deltas) or ``chat`` (whole text); the others are derived from it. Stop words are applied
+to the output here, once, for every backend. Token usage goes to the ``usage_scope`` counter
+of the calling task, so a server can account a run's usage without threading it through agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+Messages = list[dict[str, Any]]
+
+
+@dataclass
+class Usage:
+    """Token counts of one generation or a sum of them."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass
+class LLMDelta:
+    """A piece of a generation. The last one of a stream carries ``finish_reason`` and usage."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_usage_counter: contextvars.ContextVar[Usage | None] = contextvars.ContextVar(
+    "agents_usage_counter", default=None
+)
+
+
+@contextmanager
+def usage_scope() -> Iterator[Usage]:
+    """Sum the usage of every generation made by this task (and tasks it starts) inside."""
+    counter = Usage()
+    token = _usage_counter.set(counter)
+    try:
+        yield counter
+    finally:
+        _usage_counter.reset(token)
+
+
+def record_usage(usage: Usage) -> None:
+    """Add a generation's usage to the active ``usage_scope`` counter, if any."""
+    counter = _usage_counter.get()
+    if counter is not None:
+        counter.add(usage)
+
+
+DEFAULT_GEN_PARAMS: dict[str, Any] = {
+    "max_new_tokens": 512,
+    "top_p": 0.8,
+    "top_k": 40,
+    "temperature": 0.8,
+    "repetition_penalty": 1.0,
+}
+
+
+class _StopWordFilter:
+    """Cuts streamed text at the first stop word, holding back a possible partial match."""
+
+    def __init__(self, stop_words: list[str]) -> None:
+        self.stop_words = [w for w in stop_words if w]
+        self.pending = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        if self.stopped or not self.stop_words:
+            return "" if self.stopped else text
+        self.pending += text
+        cut = min((i for i in (self.pending.find(w) for w in self.stop_words) if i >= 0), default=-1)
+        if cut >= 0:
+            out, self.pending, self.stopped = self.pending[:cut], "", True
+            return out
+        hold = max(
+            (k for w in self.stop_words for k in range(1, len(w)) if self.pending.endswith(w[:k])),
+            default=0,
+        )
+        out = self.pending[: len(self.pending) - hold]
+        self.pending = self.pending[len(out) :]
+        return out
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return "" if self.stopped else out
+
+
+class AsyncBaseLLM:
+    """Async LLM (lagent's ``AsyncBaseLLM``): ``gen_params`` plus optional ``meta_template``."""
+
+    def __init__(
+        self, path: str | None = None, meta_template: list[dict[str, Any]] | None = None,
+        **gen_params: Any,
+    ) -> None:
+        self.path = path
+        self.meta_template = meta_template
+        params = dict(DEFAULT_GEN_PARAMS)
+        params.update(gen_params)
+        params["stop_words"] = list(params.get("stop_words") or [])
+        self.gen_params: dict[str, Any] = params
+
+    def update_gen_params(self, **kwargs: Any) -> dict[str, Any]:
+        """This call's parameters: ``gen_params`` overridden by ``kwargs`` (not stored)."""
+        params = copy.deepcopy(self.gen_params)
+        params.update({k: v for k, v in kwargs.items() if v is not None})
+        if isinstance(params.get("stop_words"), str):
+            params["stop_words"] = [params["stop_words"]]
+        return params
+
+    # -- the core: subclasses override exactly one of the three below -------------------------
+    async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
+        if _overrides(self, AsyncBaseLLM, "stream_chat"):
+            async for text in self.stream_chat(messages, **params):
+                yield LLMDelta(text=text)
+        elif _overrides(self, AsyncBaseLLM, "chat"):
+            yield LLMDelta(text=await self.chat(messages, **params))
+        else:
+            raise NotImplementedError(f"{type(self).__name__} implements no generation method")
+        yield LLMDelta(finish_reason="stop")
+
+    async def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
+        """Stream deltas with stop words applied; the last delta has ``finish_reason``."""
+        params = self.update_gen_params(**kwargs)
+        stop = _StopWordFilter(params.get("stop_words") or [])
+        finish: str | None = None
+        usage: Usage | None = None
+        agen = self._astream(messages, **params)
+        try:
+            async for delta in agen:
+                if delta.usage is not None:
+                    usage = delta.usage
+                if delta.finish_reason is not None:
+                    finish = delta.finish_reason
+                text = stop.feed(delta.text)
+                if text or delta.extra:
+                    yield LLMDelta(text=text, extra=delta.extra)
+                if stop.stopped:
+                    finish = "stop"
+                    break
+        finally:
+            await agen.aclose()
+        tail = stop.flush()
+        if usage is not None:
+            record_usage(usage)
+        yield LLMDelta(text=tail, finish_reason=finish or "stop", usage=usage)
+
+    async def chat(self, messages: Messages, **kwargs: Any) -> str:
+        """The whole reply to ``messages`` (a list of ``{'role', 'content'}`` dicts)."""
+        if type(self)._astream is AsyncBaseLLM._astream and not _overrides(
+            self, AsyncBaseLLM, "stream_chat"
+        ):
+            raise NotImplementedError(f"{type(self).__name__} implements no generation method")
+        return "".join([d.text async for d in self.astream(messages, **kwargs)])
+
+    async def stream_chat(self, messages: Messages, **kwargs: Any) -> AsyncIterator[str]:
+        """Text deltas of the reply to ``messages``."""
+        async for delta in self.astream(messages, **kwargs):
+            if delta.text:
+                yield delta.text
+
+
+class BaseLLM(AsyncBaseLLM):
+    """Sync LLM (lagent's ``BaseLLM``): override ``chat`` (and optionally ``stream_chat``).
+
+    The async core runs a sync override in a worker thread, so one agent loop drives both.
+    """
+
+    async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
+        if _overrides(self, BaseLLM, "stream_chat"):
+            iterator = iter(self.stream_chat(messages, **params))  # type: ignore[call-overload]
+            sentinel = object()
+            while (item := await asyncio.to_thread(next, iterator, sentinel)) is not sentinel:
+                yield LLMDelta(text=str(item))
+        elif _overrides(self, BaseLLM, "chat"):
+            yield LLMDelta(text=await asyncio.to_thread(self.chat, messages, **params))
+        else:
+            raise NotImplementedError(f"{type(self).__name__} implements no generation method")
+        yield LLMDelta(finish_reason="stop")
+
+    def chat(self, messages: Messages, **kwargs: Any) -> str:  # type: ignore[override]
+        """The whole reply, computed synchronously."""
+        from agents.utils import run_sync
+
+        return run_sync(AsyncBaseLLM.chat(self, messages, **kwargs))
+
+    def stream_chat(self, messages: Messages, **kwargs: Any) -> Iterator[str]:  # type: ignore[override]
+        """Text deltas, synchronously."""
+        from agents.utils import iterate_sync
+
+        return iterate_sync(AsyncBaseLLM.stream_chat(self, messages, **kwargs))
+
+
+def _overrides(obj: object, base: type, name: str) -> bool:
+    return getattr(type(obj), name) is not getattr(base, name)

@@ -1,0 +1,108 @@
+"""Messages and status codes, identical in names, values and fields to lagent v1's schema."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum, IntEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ModelStatusCode(IntEnum):
+    """Status of a model generation (lagent's ``ModelStatusCode``)."""
+
+    END = 0
+    STREAM_ING = 1
+    SERVER_ERR = -1
+    SESSION_CLOSED = -2
+    SESSION_OUT_OF_LIMIT = -3
+    SESSION_INVALID_ARG = -4
+    SESSION_READY = 2
+
+
+class AgentStatusCode(IntEnum):
+    """Status of an agent message in a stream."""
+
+    END = 0
+    STREAM_ING = 1
+    SERVER_ERR = -1
+    SESSION_CLOSED = -2
+    SESSION_OUT_OF_LIMIT = -3
+    SESSION_INVALID_ARG = -4
+    SESSION_READY = 2
+    PLUGIN_START = 3
+    PLUGIN_END = 4
+    PLUGIN_RETURN = 5
+    CODING = 6
+    CODE_END = 7
+    CODE_RETURN = 8
+
+
+class ActionStatusCode(int, Enum):
+    """Outcome of a tool call."""
+
+    ING = 1
+    SUCCESS = 0
+    HTTP_ERROR = -1000
+    ARGS_ERROR = -1001
+    API_ERROR = -1002
+
+
+class ActionValidCode(int, Enum):
+    """Validity of a parsed tool call."""
+
+    FINISH = 1
+    OPEN = 0
+    CLOSED = -1
+    INVALID = -2
+    ABSENT = -3
+
+
+@dataclass
+class ActionReturn:
+    """The result of one tool call; ``result`` is a list of ``{'type', 'content'}`` items."""
+
+    args: dict[str, Any] | None = None
+    url: str | None = None
+    type: str | None = None
+    result: list[dict[str, Any]] | None = None
+    errmsg: str | None = None
+    state: ActionStatusCode | int = ActionStatusCode.SUCCESS
+    thought: str | None = None
+    valid: ActionValidCode | None = ActionValidCode.OPEN
+
+    def format_result(self) -> str:
+        """Concatenate the result items: text as is, other types as ``[type](content)``."""
+        parts = []
+        for item in self.result or []:
+            if item["type"] == "text":
+                parts.append(str(item["content"]))
+            else:
+                parts.append(f"[{item['type']}]({item['content']})")
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (enums as ints)."""
+        data = asdict(self)
+        data["state"] = int(self.state)
+        data["valid"] = None if self.valid is None else int(self.valid)
+        return data
+
+
+class AgentMessage(BaseModel):
+    """One message between users, agents and tools (lagent's ``AgentMessage``)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    content: Any
+    sender: str = "user"
+    formatted: Any | None = None
+    extra_info: Any | None = None
+    type: str | None = None
+    receiver: str | None = None
+    stream_state: ModelStatusCode | AgentStatusCode = AgentStatusCode.END
+
+    def copy(self, *, deep: bool = False, **_: Any) -> AgentMessage:  # type: ignore[override]
+        """lagent's ``msg.copy(deep=True)`` without pydantic's deprecation warning."""
+        return self.model_copy(deep=deep)

