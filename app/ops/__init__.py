@@ -1,0 +1,1 @@
+"""Operational pieces: rate limits, budgets, metrics, structured logs and retention."""
