@@ -52,12 +52,14 @@ CHAT_TEMPLATE = """\
 {%- for tool_call in message.tool_calls or [] %}
 {%- set fn = tool_call.function if tool_call.function is defined else tool_call %}
 {{- '\\n<tool_call>\\n{\"name\": \"' + fn.name + '\", \"arguments\": ' }}
-{%- if fn.arguments is string %}{{- fn.arguments }}{%- else %}{{- fn.arguments | tojson }}{%- endif %}
+{%- if fn.arguments is string %}{{- fn.arguments }}
+{%- else %}{{- fn.arguments | tojson }}{%- endif %}
 {{- '}\\n</tool_call>' }}
 {%- endfor %}
 {{- '<|im_end|>\\n' }}
 {%- elif message.role == 'tool' %}
-{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}
+{{- '<|im_start|>user\\n<tool_response>\\n' + message.content }}
+{{- '\\n</tool_response><|im_end|>\\n' }}
 {%- else %}
 {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
 {%- endif %}
