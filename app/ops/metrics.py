@@ -1,0 +1,244 @@
+"""Prometheus metrics: one registry per app, small recording calls, a cheap pure-ASGI middleware."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_RUN_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+UNMATCHED_ROUTE = "<unmatched>"  # 404s: one label value instead of one per random path
+SANDBOX_LEVELS = ("L0", "L1", "L3")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class Metrics:
+    """All AgentStation metrics on a private registry; the runtime calls the small methods."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, process: bool = True) -> None:
+        reg = self.registry = registry or CollectorRegistry()
+        if process:
+            ProcessCollector(registry=reg)
+            PlatformCollector(registry=reg)
+        self.http_requests = Counter(
+            "agentstation_http_requests",
+            "HTTP requests by method, route template and status.",
+            ["method", "route", "status"],
+            registry=reg,
+        )
+        self.http_latency = Histogram(
+            "agentstation_http_request_duration_seconds",
+            "HTTP request duration until the response is complete (streams included).",
+            ["method", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.http_in_flight = Gauge(
+            "agentstation_http_requests_in_flight", "HTTP requests being served.", registry=reg
+        )
+        self.rate_limited = Counter(
+            "agentstation_rate_limited_requests", "Requests rejected with 429.", registry=reg
+        )
+        self.runs = Counter(
+            "agentstation_runs", "Finished runs by final status.", ["status"], registry=reg
+        )
+        self.run_duration = Histogram(
+            "agentstation_run_duration_seconds",
+            "Run duration from start to its final status.",
+            ["status"],
+            buckets=_RUN_BUCKETS,
+            registry=reg,
+        )
+        self.budget_exceeded = Counter(
+            "agentstation_budget_exceeded",
+            "Runs stopped or refused by a token budget, by scope (session|tenant).",
+            ["scope"],
+            registry=reg,
+        )
+        self.ttft = Histogram(
+            "agentstation_time_to_first_token_seconds",
+            "Time from a model call to its first token, per model.",
+            ["model"],
+            buckets=_TTFT_BUCKETS,
+            registry=reg,
+        )
+        self.tokens_total = Counter(
+            "agentstation_tokens",
+            "Tokens processed per model and kind (prompt|completion).",
+            ["model", "kind"],
+            registry=reg,
+        )
+        self.queue_depth = Gauge(
+            "agentstation_runs_queued", "Runs waiting for their session.", registry=reg
+        )
+        self.runs_active = Gauge("agentstation_runs_active", "Runs executing now.", registry=reg)
+        self.active_sessions = Gauge(
+            "agentstation_active_sessions",
+            "Sessions with a run in progress or a live kernel.",
+            registry=reg,
+        )
+        self.kernels = Gauge(
+            "agentstation_kernels", "Sandboxed kernels by state.", ["state"], registry=reg
+        )
+        self.sandbox_level = Gauge(
+            "agentstation_sandbox_level",
+            "Active sandbox isolation level (1 for the active one).",
+            ["level"],
+            registry=reg,
+        )
+        self.db_pool = Gauge(
+            "agentstation_db_pool_connections",
+            "Database pool connections by state (size|checked_out|overflow).",
+            ["state"],
+            registry=reg,
+        )
+        self._samplers: list[Callable[[], None]] = []
+
+    # --- calls for the runtime ---------------------------------------------------------------
+
+    def run_finished(self, status: str, duration_s: float) -> None:
+        """Count a run that reached a final status and record how long it took."""
+        self.runs.labels(status).inc()
+        self.run_duration.labels(status).observe(max(0.0, duration_s))
+
+    def tokens(self, model: str, prompt: int, completion: int) -> None:
+        """Add one model call's token usage."""
+        if prompt:
+            self.tokens_total.labels(model, "prompt").inc(prompt)
+        if completion:
+            self.tokens_total.labels(model, "completion").inc(completion)
+
+    def time_to_first_token(self, model: str, seconds: float) -> None:
+        """Record the time from a model call to its first token."""
+        self.ttft.labels(model).observe(max(0.0, seconds))
+
+    def set_queue_depth(self, queued: int, active: int | None = None) -> None:
+        """Set how many runs wait (and, optionally, how many execute)."""
+        self.queue_depth.set(queued)
+        if active is not None:
+            self.runs_active.set(active)
+
+    def set_active_sessions(self, count: int) -> None:
+        """Set the number of sessions with a run in progress or a live kernel."""
+        self.active_sessions.set(count)
+
+    def set_kernels(self, by_state: Mapping[str, int]) -> None:
+        """Set kernel counts by state (e.g. ``{"idle": 3, "busy": 1}``)."""
+        for state, count in by_state.items():
+            self.kernels.labels(state).set(count)
+
+    def set_sandbox_level(self, level: str) -> None:
+        """Mark ``level`` (L0/L1/L3) as the active sandbox level."""
+        for known in {*SANDBOX_LEVELS, level}:
+            self.sandbox_level.labels(known).set(1 if known == level else 0)
+
+    def observe_db_pool(self, pool: Any) -> None:
+        """Sample a SQLAlchemy pool's size and usage at every scrape (pools without them: skip)."""
+
+        def sample() -> None:
+            for state, method in (
+                ("size", "size"),
+                ("checked_out", "checkedout"),
+                ("overflow", "overflow"),
+            ):
+                reader = getattr(pool, method, None)
+                if callable(reader):
+                    self.db_pool.labels(state).set(float(reader()))
+
+        self.add_sampler(sample)
+
+    def add_sampler(self, sampler: Callable[[], None]) -> None:
+        """Run ``sampler`` before each scrape, to refresh gauges from live state."""
+        self._samplers.append(sampler)
+
+    # --- exposition --------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """Refresh sampled gauges and return the text exposition."""
+        for sampler in self._samplers:
+            try:
+                sampler()
+            except Exception:  # a broken sampler must not take the whole scrape down
+                log.exception("metrics sampler failed")
+        return generate_latest(self.registry)
+
+
+def route_template(scope: Scope) -> str:
+    """The matched route's path template (``/v1/runs/{run_id}``), or ``<unmatched>``."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED_ROUTE
+
+
+class MetricsMiddleware:
+    """Count and time HTTP requests by route template; serve the exposition at ``path``."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, path: str = "/metrics") -> None:
+        self.app = app
+        self.metrics = metrics
+        self.path = path
+        # Labelled children cached by key: skips prometheus_client's lock and label checks.
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] == self.path:
+            await self._serve_metrics(send)
+            return
+        status = 500  # what the client sees if the app raises before starting a response
+        start = time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.metrics.http_in_flight.inc()
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self.metrics.http_in_flight.dec()
+            method = scope["method"] if scope["method"] in _METHODS else "OTHER"
+            counter, histogram = self._child(method, route_template(scope), status)
+            counter.inc()
+            histogram.observe(time.perf_counter() - start)
+
+    def _child(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
+        key = (method, route, status)
+        child = self._children.get(key)
+        if child is None:
+            child = (
+                self.metrics.http_requests.labels(method, route, str(status)),
+                self.metrics.http_latency.labels(method, route),
+            )
+            self._children[key] = child
+        return child
+
+    async def _serve_metrics(self, send: Send) -> None:
+        body = self.metrics.render()
+        headers = [
+            (b"content-type", CONTENT_TYPE_LATEST.encode()),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
