@@ -1,0 +1,1 @@
+"""AgentStation benchmarks: ``python -m bench [names…]`` (see bench/README.md)."""

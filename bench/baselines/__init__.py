@@ -1,0 +1,1 @@
+"""Baseline servers the gateway is measured against: the floors for a Python service."""

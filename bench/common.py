@@ -1,0 +1,275 @@
+"""Shared harness: live servers in subprocesses, result records, goals.
+
+A benchmark module exposes ``NAME`` and ``run(opts: BenchOptions) -> BenchResult``; modules
+without ``run`` but with ``main`` are run by ``python -m bench`` as ``python -m bench.<name>``.
+Every server is a subprocess bound to 127.0.0.1 on a free port; a benchmark skips (with the
+reason in its result) when a piece it needs is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / "bench"
+RESULTS_DIR = BENCH_DIR / "results"
+VENV_BIN = Path(sys.executable).parent
+HOST = "127.0.0.1"
+PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+PG_BENCH_DB = "agentstation_bench"
+PG_BENCH_URL = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{PG_BENCH_DB}"
+
+
+class Skip(Exception):
+    """A benchmark cannot run here; the message says what is missing."""
+
+
+@dataclass
+class BenchOptions:
+    """Knobs shared by all benchmarks; ``quick`` shrinks every run to a smoke test."""
+
+    quick: bool = False
+    duration_s: float = 3.0
+    rounds: int = 2
+    connections: int = 32
+    generator: str = "auto"  # "wrk" | "aiohttp" | "auto" (wrk when installed)
+
+    def dur(self, full: float | None = None) -> float:
+        """Seconds for one load run."""
+        return 0.5 if self.quick else (full or self.duration_s)
+
+
+@dataclass
+class Goal:
+    """One performance goal from the issue and whether this run met it."""
+
+    name: str
+    target: str
+    measured: str
+    met: bool | None  # None: not measured
+    margin: str = ""
+
+
+@dataclass
+class BenchResult:
+    """What one benchmark measured: table rows, goals, notes, plots."""
+
+    name: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    goals: list[Goal] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    elapsed_s: float = 0.0
+    output: str | None = None  # raw output of a module run as a script
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form, with the machine and the command, for bench/results/."""
+        data = asdict(self)
+        data["machine"] = machine_description()
+        data["command"] = " ".join(["python", "-m", "bench", *sys.argv[1:]])
+        data["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return data
+
+
+def machine_description() -> str:
+    """One line: CPU model, cores, memory, OS, Python."""
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
+    return (
+        f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get_status(url: str, timeout: float = 2.0) -> int | None:
+    """The status of GET url, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (OSError, ValueError):
+        return None
+
+
+class ServerProcess:
+    """A server in a subprocess, bound to 127.0.0.1:port, ready when ``ready_path`` says 200."""
+
+    def __init__(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        port: int,
+        env: dict[str, str] | None = None,
+        ready_path: str = "/healthz",
+        ready_timeout_s: float = 60.0,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name, self.cmd, self.port = name, list(cmd), port
+        self.env = {**os.environ, **(env or {})}
+        self.ready_path, self.ready_timeout_s = ready_path, ready_timeout_s
+        self.cwd = cwd or ROOT
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+        self.log_path = self._log_dir / "server.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> ServerProcess:
+        """Start the process and wait until it is ready; raise with the log tail if not."""
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.cmd, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                raise RuntimeError(f"{self.name} exited ({code}):\n{self.log_tail()}")
+            if http_get_status(self.base_url + self.ready_path, timeout=1.0) == 200:
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.name} not ready in {self.ready_timeout_s}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines the server printed."""
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self) -> None:
+        """SIGINT (uvicorn's graceful stop), then SIGKILL after 10 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        shutil.rmtree(self._log_dir, ignore_errors=True)
+
+
+def uvicorn_server(name: str, app: str, port: int | None = None, **kw: Any) -> ServerProcess:
+    """One uvicorn worker (uvloop + httptools, no access log) serving ``module:app``."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "uvicorn", app, "--host", HOST, "--port", str(port)]
+    cmd += ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
+    return ServerProcess(name, cmd, port, **kw)
+
+
+def gateway_available() -> str | None:
+    """None when the gateway can be served here, else why not."""
+    if not (VENV_BIN / "agentstation").exists():
+        return "no agentstation CLI in the venv"
+    try:
+        import app.main  # noqa: F401
+    except Exception as exc:  # the gateway is optional for the harness itself
+        return f"app.main does not import: {exc!r}"
+    return None
+
+
+def gateway_server(
+    name: str, models: list[dict[str, Any]], database_url: str | None = None, **env: str
+) -> ServerProcess:
+    """``agentstation serve`` on a free port with these models and database (temp SQLite)."""
+    reason = gateway_available()
+    if reason:
+        raise Skip(f"gateway: {reason}")
+    port = free_port()
+    if database_url is None:
+        db_dir = tempfile.mkdtemp(prefix="bench-db-")
+        database_url = f"sqlite+aiosqlite:///{db_dir}/bench.db"
+    full_env = {
+        "AGENTSTATION_HOST": HOST,
+        "AGENTSTATION_PORT": str(port),
+        "AGENTSTATION_DATABASE_URL": database_url,
+        "AGENTSTATION_MODELS": json.dumps(models),
+        "AGENTSTATION_LOG_LEVEL": "warning",
+        **env,
+    }
+    cmd = [str(VENV_BIN / "agentstation"), "serve"]
+    return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz")
+
+
+def reset_postgres_db() -> str:
+    """Drop and recreate the bench database, migrate it; return its SQLAlchemy URL."""
+    import asyncio
+
+    import asyncpg
+
+    async def recreate() -> None:
+        conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=5)
+        try:
+            await conn.execute(f"DROP DATABASE IF EXISTS {PG_BENCH_DB} WITH (FORCE)")
+            await conn.execute(f"CREATE DATABASE {PG_BENCH_DB}")
+        finally:
+            await conn.close()
+
+    try:
+        asyncio.run(recreate())
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise Skip(f"PostgreSQL at 127.0.0.1:5432 unavailable: {exc}") from exc
+    env = {**os.environ, "AGENTSTATION_DATABASE_URL": PG_BENCH_URL}
+    cli = str(VENV_BIN / "agentstation")
+    done = subprocess.run([cli, "migrate"], env=env, cwd=ROOT, capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise Skip(f"agentstation migrate failed: {done.stderr.decode()[-500:]}")
+    return PG_BENCH_URL
+
+
+@contextlib.contextmanager
+def servers(*procs: ServerProcess) -> Iterator[list[ServerProcess]]:
+    """Start all, yield them, stop all (even when one fails to start)."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(p) for p in procs]
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by nearest rank; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[idx]

@@ -1,0 +1,121 @@
+"""Output: the console table, bench/results/*.json, PNG plots, bench/README.md's tables."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from bench.common import BENCH_DIR, RESULTS_DIR, BenchResult, Goal, machine_description
+
+README = BENCH_DIR / "README.md"
+START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows (dicts sharing keys) as a Markdown table; columns in first-seen order."""
+    if not rows:
+        return ""
+    cols: list[str] = []
+    for row in rows:
+        cols += [k for k in row if k not in cols]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def goals_table(results: Sequence[BenchResult]) -> str:
+    """Every goal of every benchmark: target, measured, met, margin."""
+    rows = []
+    for res in results:
+        for g in res.goals:
+            met = "not measured" if g.met is None else ("met" if g.met else "NOT met")
+            rows.append(
+                {
+                    "benchmark": res.name,
+                    "goal": g.name,
+                    "target": g.target,
+                    "measured": g.measured,
+                    "result": met,
+                    "margin": g.margin,
+                }
+            )
+    return markdown_table(rows)
+
+
+def render(result: BenchResult) -> str:
+    """One benchmark's section: status, table, notes, plots."""
+    out = [f"### {result.name}", ""]
+    if result.skipped:
+        return "\n".join([*out, f"Skipped: {result.skipped}", ""])
+    out += [f"({result.elapsed_s:.0f} s)", "", markdown_table(result.rows), ""]
+    out += [f"- {note}" for note in result.notes]
+    if result.output:
+        out += ["", "```", result.output.rstrip(), "```"]
+    out += [f"\n![{result.name}](results/{plot})" for plot in result.plots]
+    return "\n".join([*out, ""])
+
+
+def write_json(result: BenchResult) -> None:
+    """bench/results/<name>.json (written atomically)."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    tmp = RESULTS_DIR / f"{result.name}.json.tmp"
+    tmp.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
+    tmp.replace(RESULTS_DIR / f"{result.name}.json")
+
+
+def load_previous() -> dict[str, BenchResult]:
+    """Results of earlier runs, so a partial run keeps the other benchmarks' tables."""
+    out: dict[str, BenchResult] = {}
+    for path in sorted(RESULTS_DIR.glob("*.json")):
+        data = json.loads(path.read_text())
+        fields = BenchResult.__dataclass_fields__
+        kept = {k: v for k, v in data.items() if k in fields}
+        res = BenchResult(**kept)
+        res.goals = [Goal(**g) for g in data.get("goals", [])]
+        out[res.name] = res
+    return out
+
+
+def update_readme(results: Sequence[BenchResult], command: str) -> None:
+    """Replace the generated block of bench/README.md (or append one)."""
+    block = "\n".join(
+        [
+            START,
+            f"Machine: {machine_description()}  ",
+            f"Command: `{command}`",
+            "",
+            "#### Goals",
+            "",
+            goals_table(results) or "(no goals measured)",
+            "",
+            *[render(r) for r in results],
+            END,
+        ]
+    )
+    text = README.read_text() if README.exists() else "# Benchmarks\n\n"
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text)
+    else:
+        text = text.rstrip() + "\n\n## Latest results\n\n" + block + "\n"
+    README.write_text(text)
+
+
+def console(results: Sequence[BenchResult]) -> str:
+    """The plain-text summary printed at the end of a run."""
+    rows = [
+        {"benchmark": r.name, "status": f"skipped: {r.skipped}" if r.skipped else "ran",
+         "seconds": round(r.elapsed_s, 1)}
+        for r in results
+    ]  # fmt: skip
+    return "\n".join(["## Summary", markdown_table(rows), "", "## Goals", goals_table(results)])
