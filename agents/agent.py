@@ -1,0 +1,318 @@
+"""Agents: one async streaming core (``BaseAgent._stream``), a sync and an async front.
+
+A call runs: before_agent hooks → inputs to memory → ``forward`` → reply to memory →
+after_agent hooks. ``forward`` may return a message or a string, be a coroutine, or be an
+async generator of ``AgentMessage`` chunks; the default one streams the LLM's reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import sys
+import warnings
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any
+
+from agents.aggregator import DefaultAggregator, SystemInstruction
+from agents.hooks import Hook, RemovableHandle, apply_hooks
+from agents.llms.base import AsyncBaseLLM
+from agents.memory import Memory, MemoryManager, MemorySpec, SessionId, _load_message
+from agents.schema import AgentMessage, AgentStatusCode
+
+MessageInput = AgentMessage | str | list[AgentMessage | str]
+_END = AgentStatusCode.END
+_STREAM_ING = AgentStatusCode.STREAM_ING
+
+
+class BaseAgent:
+    """What ``Agent`` and ``AsyncAgent`` share: state, registration, and the streaming core."""
+
+    def __init__(
+        self,
+        llm: AsyncBaseLLM | None = None,
+        template: SystemInstruction | None = None,
+        memory: MemorySpec | None = Memory,
+        output_format: Any = None,
+        aggregator: DefaultAggregator | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        hooks: Iterable[Hook] | Hook | None = None,
+    ) -> None:
+        self.name: str = name or type(self).__name__
+        self.llm = llm
+        self.memory: MemoryManager | None = MemoryManager(memory) if memory is not None else None
+        self.output_format = output_format
+        self.template = template
+        self.description = description
+        self.aggregator = aggregator if aggregator is not None else DefaultAggregator()
+        self._hooks: dict[int, Hook] = {}
+        for hook in [hooks] if isinstance(hooks, Hook) else hooks or []:
+            self.register_hook(hook)
+
+    # -- registration (PyTorch-module-like) -------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        registries = self.__dict__.setdefault(
+            "_registries", {"agent": {}, "llm": {}, "executor": {}}
+        )
+        for registry in registries.values():
+            registry.pop(name, None)
+        kind = _kind_of(value)
+        if kind is not None and not name.startswith("_"):
+            registries[kind][name] = value
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        for registry in self.__dict__.get("_registries", {}).values():
+            registry.pop(name, None)
+        super().__delattr__(name)
+
+    @property
+    def _agents(self) -> dict[str, BaseAgent]:
+        return dict(self.__dict__.get("_registries", {}).get("agent", {}))
+
+    def named_agents(self) -> Iterator[tuple[str, BaseAgent]]:
+        """Direct sub-agents, in assignment order."""
+        yield from self._agents.items()
+
+    def named_llms(self, prefix: str = "") -> Iterator[tuple[str, AsyncBaseLLM]]:
+        """LLMs of this agent and its sub-agents, as dotted names (``writer.llm``)."""
+        yield from self._named("llm", prefix)
+
+    def named_executors(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        """Action executors of this agent and its sub-agents, as dotted names."""
+        yield from self._named("executor", prefix)
+
+    def _named(self, kind: str, prefix: str) -> Iterator[tuple[str, Any]]:
+        for name, value in self.__dict__.get("_registries", {}).get(kind, {}).items():
+            yield prefix + name, value
+        for name, agent in self.named_agents():
+            yield from agent._named(kind, f"{prefix}{name}.")
+
+    def register_hook(self, hook: Hook) -> RemovableHandle:
+        """Add a hook; ``handle.remove()`` takes it away again."""
+        handle = RemovableHandle(self._hooks)
+        self._hooks[handle.id] = hook
+        return handle
+
+    # -- memory as state ---------------------------------------------------------------------
+    def update_memory(self, message: Any, session_id: SessionId = 0) -> None:
+        """Append messages to this agent's memory of ``session_id``."""
+        if self.memory is not None:
+            self.memory.add(message, session_id=session_id)
+
+    def state_dict(self, session_id: SessionId = 0) -> dict[str, list[dict[str, Any]]]:
+        """Every memory of the session: ``{'memory': [...], 'writer.memory': [...]}``."""
+        state: dict[str, list[dict[str, Any]]] = {}
+        stack: list[tuple[str, BaseAgent]] = [("", self)]
+        while stack:
+            prefix, node = stack.pop()
+            if node.memory is not None:
+                memory = node.memory.get(session_id)
+                state[prefix + "memory"] = memory.save() if memory is not None else []
+            for name, child in reversed(list(node.named_agents())):
+                stack.append((f"{prefix}{name}.", child))
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], session_id: SessionId = 0) -> None:
+        """Replace the session's memories with ``state`` (as made by ``state_dict``)."""
+        expected = self.state_dict(session_id)
+        missing = set(expected) - set(state)
+        if missing:
+            raise KeyError(f"Missing keys: {sorted(missing)}")
+        extra = set(state) - set(expected)
+        if extra:
+            warnings.warn(f"Mismatch keys which are not used: {sorted(extra)}", stacklevel=2)
+        # Validate everything before touching any memory, so a bad dump changes nothing.
+        loaded = {key: [_load_message(m) for m in state[key] or []] for key in expected}
+        for key, messages in loaded.items():
+            node = self._resolve(key.split(".")[:-1])
+            assert node.memory is not None
+            node.memory.create_instance(session_id).memory = messages
+
+    def reset(
+        self, session_id: SessionId = 0, keypath: str | None = None, recursive: bool = False
+    ) -> None:
+        """Forget the session: this agent's memory, a sub-agent's (``keypath``), or all."""
+        if keypath and recursive:
+            raise ValueError("keypath and recursive can't be used together")
+        if keypath:
+            self._resolve(keypath.split(".")).reset(session_id)
+            return
+        if self.memory is not None:
+            self.memory.reset(session_id)
+        if recursive:
+            for _, agent in self.named_agents():
+                agent.reset(session_id, recursive=True)
+
+    def _resolve(self, path: list[str]) -> BaseAgent:
+        node: BaseAgent = self
+        for part in path:
+            agents = node._agents
+            if part not in agents:
+                raise KeyError(f"No sub-agent named {part!r} in {node!r}")
+            node = agents[part]
+        return node
+
+    # -- the core -----------------------------------------------------------------------------
+    async def forward(
+        self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
+    ) -> Any:
+        """Default: stream the LLM's reply to the aggregated memory."""
+        async for chunk in self._generate(message, session_id, **kwargs):
+            yield chunk
+
+    async def _generate(
+        self, inputs: tuple[AgentMessage, ...], session_id: SessionId, **kwargs: Any
+    ) -> AsyncIterator[AgentMessage]:
+        """One model turn: STREAM_ING chunks with the text so far, then the parsed reply."""
+        if self.llm is None:
+            raise ValueError(f"{self.name} has no llm; pass one or override forward()")
+        history = self.memory.get(session_id) if self.memory is not None else None
+        if history is None:
+            history = Memory()
+            history.add(list(inputs))
+        formatted = self.aggregator.aggregate(history, self.name, self.output_format, self.template)
+        text = ""
+        async for delta in self.llm.astream(formatted, **kwargs):
+            if delta.text:
+                text += delta.text
+                yield AgentMessage(sender=self.name, content=text, stream_state=_STREAM_ING)
+        parsed = self.output_format.parse_response(text) if self.output_format else None
+        yield AgentMessage(sender=self.name, content=text, formatted=parsed)
+
+    async def _stream(
+        self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> AsyncIterator[AgentMessage]:
+        inputs = await apply_hooks(
+            self._hooks.values(), "before_agent", self, _to_messages(message), session_id
+        )
+        self.update_memory(inputs, session_id=session_id)
+        held: AgentMessage | None = None  # an END chunk: the reply, unless more chunks follow
+        last: Any = None
+        async for chunk in self._forward_chunks(inputs, session_id, kwargs):
+            if held is not None:
+                yield held
+                held = None
+            if isinstance(chunk, AgentMessage) and chunk.stream_state != _END:
+                yield chunk
+            else:
+                held = chunk if isinstance(chunk, AgentMessage) else None
+            last = chunk
+        reply = self._as_reply(last)
+        self.update_memory(reply, session_id=session_id)
+        reply = copy.deepcopy(reply)
+        yield await apply_hooks(self._hooks.values(), "after_agent", self, reply, session_id)
+
+    async def _forward_chunks(
+        self, inputs: list[AgentMessage], session_id: SessionId, kwargs: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        forward = self.forward
+        if inspect.iscoroutinefunction(forward) or inspect.isasyncgenfunction(forward):
+            result = forward(*inputs, session_id=session_id, **kwargs)
+        else:
+            # A sync forward (lagent style) may block or drive sync sub-agents: run it off-loop.
+            result = await asyncio.to_thread(forward, *inputs, session_id=session_id, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        if hasattr(result, "__anext__"):
+            try:
+                async for item in result:
+                    yield item
+            finally:
+                await result.aclose()
+        elif inspect.isgenerator(result):
+            done = object()
+            while (item := await asyncio.to_thread(next, result, done)) is not done:
+                yield item
+        else:
+            yield result
+
+    def _as_reply(self, result: Any) -> AgentMessage:
+        if isinstance(result, AgentMessage):
+            return (
+                result
+                if result.stream_state == _END
+                else result.model_copy(update={"stream_state": _END})
+            )
+        return AgentMessage(sender=self.name, content=result)
+
+    async def _collect(
+        self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> AgentMessage:
+        reply: AgentMessage | None = None
+        async for chunk in self._stream(*message, session_id=session_id, **kwargs):
+            reply = chunk
+        assert reply is not None
+        return reply
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name='{self.name}', description='{self.description or ''}')"
+
+
+class AsyncAgent(BaseAgent):
+    """The async agent: ``await agent(msg)`` or ``async for chunk in agent.stream(msg)``."""
+
+    async def __call__(
+        self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> AgentMessage:
+        """Run one turn and return the reply (the collected stream)."""
+        return await self._collect(*message, session_id=session_id, **kwargs)
+
+    def stream(
+        self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> AsyncIterator[AgentMessage]:
+        """Run one turn: STREAM_ING / tool-state chunks, then the END reply."""
+        return self._stream(*message, session_id=session_id, **kwargs)
+
+
+class Agent(BaseAgent):
+    """The sync agent: the same core, driven from sync code."""
+
+    def __call__(
+        self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> AgentMessage:
+        """Run one turn and return the reply (the collected stream)."""
+        from agents.utils import run_sync
+
+        return run_sync(self._collect(*message, session_id=session_id, **kwargs))
+
+    def stream(
+        self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> Iterator[AgentMessage]:
+        """Run one turn as a generator of chunks, ending with the END reply."""
+        from agents.utils import iterate_sync
+
+        return iterate_sync(self._stream(*message, session_id=session_id, **kwargs))
+
+
+def _to_messages(message: tuple[MessageInput, ...]) -> list[AgentMessage]:
+    """Inputs as copied messages; a string is a message from ``user``."""
+    out: list[AgentMessage] = []
+    for item in message:
+        for m in item if isinstance(item, list) else [item]:
+            out.append(
+                AgentMessage(sender="user", content=m) if isinstance(m, str) else copy.deepcopy(m)
+            )
+    return out
+
+
+def _kind_of(value: Any) -> str | None:
+    if isinstance(value, BaseAgent):
+        return "agent"
+    if isinstance(value, AsyncBaseLLM):
+        return "llm"
+    # No import of agents.actions here: if its module isn't loaded, no executor can exist.
+    executors = sys.modules.get("agents.actions.executor")
+    classes = tuple(
+        c
+        for c in (getattr(executors, n, None) for n in ("ActionExecutor", "AsyncActionExecutor"))
+        if isinstance(c, type)
+    )
+    if classes and isinstance(value, classes):
+        return "executor"
+    return None
+
+
+__all__ = ["Agent", "AsyncAgent", "BaseAgent"]

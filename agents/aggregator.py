@@ -1,0 +1,193 @@
+"""Aggregators: turn an agent's memory into the chat messages its model receives."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeGuard
+
+from agents.hooks import action_return_text
+from agents.memory import Memory
+from agents.schema import ActionReturn, AgentMessage
+
+Messages = list[dict[str, Any]]
+SystemInstruction = str | dict[str, Any] | Sequence[dict[str, Any]]
+_TOOL_KEYS = frozenset({"tool_type", "thought", "action", "status"})
+
+
+def _messages_of(messages: Memory | Iterable[AgentMessage] | None) -> list[AgentMessage]:
+    if messages is None:
+        return []
+    if isinstance(messages, Memory):
+        return messages.get_memory()
+    return list(messages)
+
+
+def _content(message: AgentMessage) -> Any:
+    """A message's content as a model should read it (tool results become text)."""
+    if isinstance(message.content, ActionReturn):
+        return action_return_text(message.content)
+    return message.content
+
+
+class DefaultAggregator:
+    """Own messages become ``assistant`` turns, everything else ``user`` turns (merged)."""
+
+    def aggregate(
+        self,
+        messages: Memory | Iterable[AgentMessage] | None,
+        name: str,
+        parser: Any = None,
+        system_instruction: SystemInstruction | None = None,
+    ) -> Messages:
+        """The chat messages for the next model call."""
+        out: Messages = []
+        if system_instruction:
+            out.extend(self.aggregate_system_instruction(system_instruction))
+        for message in _messages_of(messages):
+            if message.sender == name:
+                out.append({"role": "assistant", "content": str(message.content)})
+                continue
+            content = _content(message)
+            last = out[-1] if out else None
+            if (
+                last
+                and last["role"] == "user"
+                and isinstance(last["content"], str)
+                and isinstance(content, str)
+            ):
+                last["content"] += content
+            else:
+                out.append({"role": "user", "content": content})
+        return out
+
+    @staticmethod
+    def aggregate_system_instruction(system_instruction: SystemInstruction) -> Messages:
+        """A system prompt (str, message dict or list of them) as a list of messages."""
+        if isinstance(system_instruction, str):
+            return [{"role": "system", "content": system_instruction}]
+        items = [system_instruction] if isinstance(system_instruction, dict) else system_instruction
+        result: Messages = []
+        for msg in items:
+            if not isinstance(msg, dict):
+                raise TypeError(f"Unsupported message type: {type(msg)}")
+            if not ("role" in msg and "content" in msg):
+                raise KeyError(f"Missing required key 'role' or 'content': {msg}")
+            result.append(dict(msg))
+        return result
+
+    # lagent's spelling, kept for ported subclasses.
+    aggregate_system_intruction = aggregate_system_instruction
+
+
+class ToolAggregator(DefaultAggregator):
+    """Renders tool calls, tool results and failed parses for ``ToolParser`` agents.
+
+    Own replies are re-rendered through the parser (``thought`` + markers + action), so the
+    model sees exactly the call it made, even one that failed to parse; messages from
+    ``user_names`` are user turns; everything else (tool results, other agents) is an
+    ``environment_role`` turn wrapped in ``environment_begin``/``environment_end``.
+    """
+
+    def __init__(
+        self,
+        environment_role: str = "environment",
+        environment_begin: str = "",
+        environment_end: str = "",
+        user_names: list[str] | None = None,
+        few_shot: list[list[dict[str, Any]]] | None = None,
+    ) -> None:
+        self.environment_role = environment_role
+        self.environment_begin = environment_begin
+        self.environment_end = environment_end
+        self.user_names = user_names or ["user"]
+        self.few_shot = few_shot or []
+
+    def aggregate(
+        self,
+        messages: Memory | Iterable[AgentMessage] | None,
+        name: str,
+        parser: Any = None,
+        system_instruction: SystemInstruction | None = None,
+    ) -> Messages:
+        out: Messages = []
+        if system_instruction:
+            out.extend(self.aggregate_system_instruction(system_instruction))
+        out.extend(self._tool_instruction(parser))
+        for shot in self.few_shot:
+            out.extend(self._render_shot(shot, parser))
+        tool_type = None
+        for message in _messages_of(messages):
+            if message.sender == name:
+                formatted = message.formatted
+                if _is_tool_parse(formatted) and hasattr(parser, "format_response"):
+                    out.append({"role": "assistant", "content": parser.format_response(formatted)})
+                    tool_type = formatted["tool_type"]
+                else:
+                    out.append({"role": "assistant", "content": str(message.content)})
+            elif message.sender in self.user_names:
+                out.append({"role": "user", "content": _content(message)})
+            else:
+                out.append(self._environment(str(_content(message)), tool_type))
+        return out
+
+    def _environment(self, content: str, tool_type: str | None) -> dict[str, Any]:
+        if not content.startswith(self.environment_begin):
+            content = self.environment_begin + content
+        if not content.endswith(self.environment_end):
+            content += self.environment_end
+        msg: dict[str, Any] = {"role": self.environment_role, "content": content}
+        if tool_type:
+            msg["name"] = tool_type
+        return msg
+
+    @staticmethod
+    def _tool_instruction(parser: Any) -> Messages:
+        if parser is None or not hasattr(parser, "format_instruction"):
+            return []
+        instruction = parser.format_instruction()
+        if not instruction:
+            return []
+        if isinstance(instruction, str):
+            msg: dict[str, Any] = {"role": "system", "content": instruction}
+            if getattr(parser, "tool_type", None):
+                msg["name"] = parser.tool_type
+            return [msg]
+        if isinstance(instruction, dict):
+            return [instruction]
+        return list(instruction)
+
+    def _render_shot(self, shot: list[dict[str, Any]], parser: Any) -> Messages:
+        out: Messages = []
+        i = 0
+        while i < len(shot):
+            msg = copy.deepcopy(shot[i])
+            role = msg["role"]
+            if role in ("assistant", "user", "system"):
+                out.append(msg)
+            elif role == self.environment_role:
+                out.append({**msg, **self._environment(str(msg["content"]), None)})
+            elif role in ("thought", "language"):
+                call = shot[i + 1] if i + 1 < len(shot) and shot[i + 1]["role"] == "tool" else None
+                parsed = {
+                    "tool_type": call["name"] if call else None,
+                    "thought": msg["content"],
+                    "action": call["content"] if call else None,
+                    "status": None,
+                }
+                out.append({"role": "assistant", "content": parser.format_response(parsed)})
+                i += 1 if call else 0
+            else:
+                raise KeyError(f"Unknown role in few-shot: {role}")
+            i += 1
+        return out
+
+
+def _is_tool_parse(formatted: Any) -> TypeGuard[dict[str, Any]]:
+    return isinstance(formatted, dict) and _TOOL_KEYS <= formatted.keys()
+
+
+#: lagent's name.
+InternLMToolAggregator = ToolAggregator
+
+__all__ = ["DefaultAggregator", "InternLMToolAggregator", "ToolAggregator"]

@@ -1,0 +1,132 @@
+"""Hooks around agents and action executors (lagent's ``Hook`` and ``InternLMActionProcessor``).
+
+A hook method may be a plain function or a coroutine function. It may change the message in
+place and return None, or return a replacement.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterable, MutableMapping
+from itertools import count
+from typing import Any, ClassVar
+
+from agents.schema import ActionReturn, ActionStatusCode, AgentMessage
+
+
+class Hook:
+    """Base hook: override any of the four stages."""
+
+    def before_agent(self, agent: Any, messages: list[AgentMessage], session_id: Any) -> Any:
+        """Called with the (copied) input messages before they reach memory and ``forward``."""
+        return None
+
+    def after_agent(self, agent: Any, message: AgentMessage, session_id: Any) -> Any:
+        """Called with a copy of the agent's reply, after it was stored in memory."""
+        return None
+
+    def before_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any:
+        """Called with the tool-call message before the executor runs it."""
+        return None
+
+    def after_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any:
+        """Called with the executor's result message."""
+        return None
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+
+    _id_iter: ClassVar[count[int]] = count(0)
+
+    def __init__(self, hooks_dict: MutableMapping[int, Any]) -> None:
+        self.hooks_dict = hooks_dict
+        self.id = next(self._id_iter)
+
+    def remove(self) -> None:
+        """Unregister the hook (idempotent)."""
+        self.hooks_dict.pop(self.id, None)
+
+
+async def apply_hooks(
+    hooks: Iterable[Hook], stage: str, owner: Any, message: Any, session_id: Any
+) -> Any:
+    """Run ``stage`` of every hook in order; a non-None result replaces the message."""
+    for hook in hooks:
+        result = getattr(hook, stage)(owner, message, session_id)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is not None:
+            message = result
+    return message
+
+
+def action_return_text(action_return: ActionReturn) -> str:
+    """What a model should read for a tool result: the output, or the error."""
+    if action_return.state == ActionStatusCode.SUCCESS:
+        return action_return.format_result()
+    return (
+        action_return.errmsg
+        or action_return.format_result()
+        or (f"tool call failed (state {int(action_return.state)})")
+    )
+
+
+class ActionProcessor(Hook):
+    """Turns a ``ToolParser`` reply into an executor call, and a result into text.
+
+    ``before_action`` reads ``message.formatted`` (``{'tool_type', 'thought', 'action',
+    'status'}`` or ``{'name', 'parameters'}``); a code string becomes a call of the executor's
+    first action with ``{code_parameter: code}``. ``after_action`` replaces an ``ActionReturn``
+    by its formatted result (or its error message).
+    """
+
+    def __init__(self, code_parameter: str = "command") -> None:
+        self.code_parameter = code_parameter
+
+    def before_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any:
+        message = copy.deepcopy(message)
+        formatted = message.formatted
+        if isinstance(formatted, dict) and "name" in formatted:
+            message.content = {
+                "name": formatted["name"],
+                "parameters": formatted.get("parameters") or {},
+            }
+            return message
+        if not isinstance(formatted, dict) or "action" not in formatted:
+            return message  # not a parsed tool call: the executor reports the bad call
+        action = formatted["action"]
+        if formatted.get("status") == -1:
+            # A failed parse: pass the problem on as text, so the executor answers ARGS_ERROR.
+            message.content = f"could not parse the tool call: {action!r}"
+        elif isinstance(action, str):
+            actions = getattr(executor, "actions", None) or {}
+            name = next(iter(actions), None)
+            message.content = {"name": name, "parameters": {self.code_parameter: action}}
+        elif isinstance(action, dict):
+            message.content = {
+                "name": action.get("name"),
+                "parameters": action.get("parameters") or {},
+            }
+        return message
+
+    def after_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any:
+        if isinstance(message.content, ActionReturn):
+            message.content = action_return_text(message.content)
+        return message
+
+
+#: lagent's names for the same hook.
+InternLMActionProcessor = ActionProcessor
+ActionPreprocessor = ActionProcessor
+
+__all__ = [
+    "ActionPreprocessor",
+    "ActionProcessor",
+    "Hook",
+    "InternLMActionProcessor",
+    "RemovableHandle",
+    "action_return_text",
+    "apply_hooks",
+]
