@@ -1,0 +1,201 @@
+"""ActionExecutor / AsyncActionExecutor: route a tool call message to a tool, with hooks.
+
+One implementation (the async ``acall``); the sync executor drives it with ``run_sync``.
+``executor(AgentMessage(content={'name': 'Tool.api', 'parameters': {...}}), session_id)``
+returns ``AgentMessage(sender=<executor class>, content=ActionReturn)`` and never raises for
+a bad call: unknown tools and bad arguments are ``ARGS_ERROR``, tool failures ``API_ERROR``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from agents.actions.base import OPENAI_SEPARATOR, BaseAction, current_session_id, to_openai_tools
+from agents.actions.builtins import FinishAction, InvalidAction, NoAction
+from agents.actions.signature import JsonSchema
+from agents.schema import ActionReturn, ActionStatusCode, ActionValidCode, AgentMessage
+
+
+class ActionHook(Protocol):
+    """What an executor hook may implement (``agents.hooks.Hook`` does); both are optional.
+
+    Each may be sync or async and returns a replacement message or None.
+    """
+
+    def before_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any: ...
+    def after_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any: ...
+
+
+class HookHandle:
+    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks: dict[int, Any]) -> None:
+        self.hooks, self.id = hooks, next(self._ids)
+
+    def remove(self) -> None:
+        self.hooks.pop(self.id, None)
+
+
+class _Executor:
+    """The shared logic of both executors."""
+
+    def __init__(
+        self,
+        actions: BaseAction | Iterable[BaseAction],
+        invalid_action: BaseAction | None = None,
+        no_action: BaseAction | None = None,
+        finish_action: BaseAction | None = None,
+        finish_in_action: bool = False,
+        hooks: Iterable[Any] | None = None,
+    ) -> None:
+        items = [actions] if isinstance(actions, BaseAction) else list(actions)
+        self.finish_action = finish_action or FinishAction()
+        if finish_in_action:
+            items.append(self.finish_action)
+        for action in items:
+            if not isinstance(action, BaseAction):
+                raise TypeError(f"actions must be BaseAction instances, got {type(action)}")
+        self.actions: dict[str, BaseAction] = {a.name: a for a in items}
+        self.invalid_action = invalid_action or InvalidAction()
+        self.no_action = no_action or NoAction()
+        self._hooks: dict[int, Any] = {}
+        for hook in hooks or []:
+            self.register_hook(hook)
+
+    # -- lagent's container API -------------------------------------------------------------
+    def __contains__(self, name: str) -> bool:
+        return name in self.actions
+
+    def keys(self) -> list[str]:
+        """Registered tool names."""
+        return list(self.actions)
+
+    def __setitem__(self, name: str, action: BaseAction) -> None:
+        self.actions[action.name] = action
+
+    def __delitem__(self, name: str) -> None:
+        del self.actions[name]
+
+    def register_hook(self, hook: Any) -> HookHandle:
+        """Add a hook with ``before_action`` / ``after_action``; ``handle.remove()`` drops it."""
+        handle = HookHandle(self._hooks)
+        self._hooks[handle.id] = hook
+        return handle
+
+    def description(self) -> list[dict[str, Any]]:
+        """lagent's flat list of API descriptions (toolkit APIs named ``Tool.api``)."""
+        descs: list[dict[str, Any]] = []
+        for name, action in self.actions.items():
+            if action.is_toolkit:
+                for api in action.description["api_list"]:
+                    descs.append({**api, "name": f"{name}.{api['name']}"})
+            else:
+                descs.append(dict(action.description))
+        return descs
+
+    def tool_schemas(self, separator: str = OPENAI_SEPARATOR) -> list[JsonSchema]:
+        """OpenAI ``tools`` entries for every registered tool."""
+        return to_openai_tools(self.actions.values(), separator)
+
+    # -- the call ---------------------------------------------------------------------------
+    def resolve(self, name: str) -> tuple[BaseAction, str] | None:
+        """(tool, api) for ``Tool``, ``Tool.api`` or ``Tool__api``; None when unknown."""
+        if name in self.actions and not self.actions[name].is_toolkit:
+            return self.actions[name], "run"
+        for sep in (".", OPENAI_SEPARATOR):
+            tool, found, api = name.partition(sep)
+            if found and tool in self.actions:
+                return self.actions[tool], api
+        return None
+
+    async def forward(self, name: str, parameters: Any, **kwargs: Any) -> ActionReturn:
+        """Run one call by name; the result's ``valid`` says whether the tool existed."""
+        target = self.resolve(name)
+        if target is None:
+            if name == self.no_action.name:
+                return await self.no_action.acall(parameters)
+            if name == self.finish_action.name:
+                return await self.finish_action.acall(parameters)
+            known = ", ".join(self._api_names()) or "none"
+            msg = f"unknown tool '{name}'; available tools: {known}"
+            return await self.invalid_action.acall({"err_msg": msg})
+        action, api = target
+        result = await action.acall(parameters, api)
+        result.valid = ActionValidCode.OPEN
+        return result
+
+    def _api_names(self) -> list[str]:
+        return [
+            f"{name}.{api}" if action.is_toolkit else name
+            for name, action in self.actions.items()
+            for api in action.api_names()
+        ]
+
+    async def acall(
+        self, message: AgentMessage, session_id: str | int = 0, **kwargs: Any
+    ) -> AgentMessage:
+        """Hooks, then the call with ``current_session_id`` set, then hooks."""
+        message = await self._run_hooks("before_action", message, session_id)
+        token = current_session_id.set(session_id)
+        try:
+            name, parameters, problem = _unpack(message.content)
+            if problem:
+                result = ActionReturn(
+                    args={"content": message.content}, errmsg=problem,
+                    state=ActionStatusCode.ARGS_ERROR, valid=ActionValidCode.INVALID,
+                )  # fmt: skip
+            else:
+                result = await self.forward(name, parameters, **kwargs)
+        finally:
+            current_session_id.reset(token)
+        response = AgentMessage(sender=type(self).__name__, content=result)
+        return await self._run_hooks("after_action", response, session_id)
+
+    async def _run_hooks(self, stage: str, message: AgentMessage, session_id: Any) -> AgentMessage:
+        for hook in list(self._hooks.values()):
+            method = getattr(hook, stage, None)
+            if method is None:
+                continue
+            result = method(self, message, session_id)
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                message = result
+        return message
+
+
+def _unpack(content: Any) -> tuple[str, Any, str | None]:
+    """(name, parameters, problem) from a dict or a FunctionCall-like object."""
+    if isinstance(content, dict):
+        name, parameters = content.get("name"), content.get("parameters", {})
+    else:
+        name, parameters = getattr(content, "name", None), getattr(content, "parameters", {})
+    if not isinstance(name, str) or not name:
+        got = repr(content)[:200]
+        return "", None, f"a tool call needs {{'name': str, 'parameters': dict}}, got {got}"
+    return name, parameters, None
+
+
+class AsyncActionExecutor(_Executor):
+    """Async executor: ``await executor(message, session_id=0)``."""
+
+    async def __call__(
+        self, message: AgentMessage, session_id: str | int = 0, **kwargs: Any
+    ) -> AgentMessage:
+        return await self.acall(message, session_id, **kwargs)
+
+
+class ActionExecutor(_Executor):
+    """Sync executor: ``executor(message, session_id=0)`` (drives the async core)."""
+
+    def __call__(
+        self, message: AgentMessage, session_id: str | int = 0, **kwargs: Any
+    ) -> AgentMessage:
+        from agents.utils import run_sync
+
+        return run_sync(self.acall(message, session_id, **kwargs))
