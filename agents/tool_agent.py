@@ -1,0 +1,167 @@
+"""Tool-using agents: the lagent README's "Coder" loop as a reusable, streaming class.
+
+model → parser → executor → model, until a reply has no tool call or ``max_turn`` model
+turns were made. Every phase streams: the model's text as ``STREAM_ING`` chunks, a tool call
+as ``CODING`` (code) or ``PLUGIN_START`` (JSON call), its result as ``CODE_RETURN`` /
+``PLUGIN_RETURN``, and the final answer as ``END``. Calls and results are stored in memory
+(with state END), so the next model turn sees them. Nothing the model writes makes it raise.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from typing import Any, TypeGuard
+
+from agents.agent import Agent, AsyncAgent, BaseAgent
+from agents.aggregator import DefaultAggregator, SystemInstruction, ToolAggregator
+from agents.hooks import Hook, action_return_text
+from agents.llms.base import AsyncBaseLLM
+from agents.memory import Memory, MemorySpec, SessionId
+from agents.parsers import MixedToolParser, ToolParser
+from agents.schema import (
+    ActionReturn,
+    ActionStatusCode,
+    ActionValidCode,
+    AgentMessage,
+    AgentStatusCode,
+)
+
+_STREAM_ING = AgentStatusCode.STREAM_ING
+
+
+def default_tool_parser() -> ToolParser:
+    """A JSON tool call in a ```json fence: ``{"name": ..., "parameters": {...}}``."""
+    return ToolParser("plugin", begin="```json\n", end="\n```\n", validate="json")
+
+
+class _ToolLoop(BaseAgent):
+    """The loop shared by ``ToolAgent`` and ``AsyncToolAgent``."""
+
+    def __init__(
+        self,
+        llm: AsyncBaseLLM | None = None,
+        template: SystemInstruction | None = None,
+        executor: Any = None,
+        output_format: ToolParser | MixedToolParser | None = None,
+        aggregator: DefaultAggregator | None = None,
+        max_turn: int = 5,
+        memory: MemorySpec | None = Memory,
+        name: str | None = None,
+        description: str | None = None,
+        hooks: Iterable[Hook] | Hook | None = None,
+        code_parameter: str = "command",
+    ) -> None:
+        super().__init__(
+            llm=llm,
+            template=template,
+            memory=memory,
+            output_format=output_format if output_format is not None else default_tool_parser(),
+            aggregator=aggregator if aggregator is not None else ToolAggregator(),
+            name=name,
+            description=description,
+            hooks=hooks,
+        )
+        if isinstance(executor, list | tuple):
+            from agents.actions.executor import AsyncActionExecutor
+
+            executor = AsyncActionExecutor(list(executor))
+        self.executor = executor
+        self.max_turn = max_turn
+        self.code_parameter = code_parameter
+
+    async def forward(
+        self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
+    ) -> Any:
+        """Model turns and tool calls until an answer; yields every phase."""
+        for turn in range(self.max_turn):
+            reply: AgentMessage | None = None
+            async for chunk in self._generate(message, session_id, **kwargs):
+                if chunk.stream_state == _STREAM_ING:
+                    yield chunk
+                else:
+                    reply = chunk
+            assert reply is not None
+            parsed = reply.formatted
+            if turn == self.max_turn - 1 or not _is_call(parsed):
+                yield reply  # the answer (or the last word when turns run out)
+                return
+            code = parsed["status"] == 1 and isinstance(parsed["action"], str)
+            self.update_memory(reply, session_id=session_id)
+            state = AgentStatusCode.CODING if code else AgentStatusCode.PLUGIN_START
+            yield reply.model_copy(update={"stream_state": state})
+            result = await self._run_tool(reply, session_id)
+            self.update_memory(result, session_id=session_id)
+            state = AgentStatusCode.CODE_RETURN if code else AgentStatusCode.PLUGIN_RETURN
+            yield result.model_copy(update={"stream_state": state})
+
+    async def _run_tool(self, reply: AgentMessage, session_id: SessionId) -> AgentMessage:
+        """The tool result message for a call (or for a call that failed to parse)."""
+        parsed: dict[str, Any] = reply.formatted or {}
+        sender = type(self.executor).__name__ if self.executor is not None else "ActionExecutor"
+        if parsed["status"] != 1:
+            explain = getattr(self.output_format, "explain_error", None)
+            errmsg = explain(parsed) if explain else "Could not parse the tool call."
+            return _result(sender, _error(parsed["action"], errmsg, ActionValidCode.INVALID))
+        if self.executor is None:
+            return _result(sender, _error(parsed["action"], "No tools are available."))
+        call = AgentMessage(sender=self.name, content=self._call(parsed), formatted=parsed)
+        try:
+            run = getattr(self.executor, "acall", None) or self.executor
+            out = run(call, session_id)
+            if inspect.isawaitable(out):
+                out = await out
+        except Exception as exc:  # a broken tool is the model's problem to read, not a crash
+            return _result(sender, _error(call.content, f"{type(exc).__name__}: {exc}"))
+        if not isinstance(out, AgentMessage):
+            out = AgentMessage(sender=sender, content=out)
+        return _result(out.sender, out.content)
+
+    def _call(self, parsed: dict[str, Any]) -> Any:
+        """``{'name', 'parameters'}`` for the executor from a parsed action."""
+        action = parsed["action"]
+        if isinstance(action, str):
+            # A code block goes to the first tool (lagent's InternLMActionProcessor).
+            name = next(iter(getattr(self.executor, "actions", None) or {}), None)
+            return {"name": name, "parameters": {self.code_parameter: action}}
+        if isinstance(action, dict) and "name" in action:
+            params = action.get("parameters", action.get("arguments", {}))
+            return {"name": action["name"], "parameters": params}
+        return action  # malformed: the executor answers ARGS_ERROR naming the problem
+
+
+def _is_call(parsed: Any) -> TypeGuard[dict[str, Any]]:
+    return (
+        isinstance(parsed, dict)
+        and parsed.get("tool_type") is not None
+        and parsed.get("status") in (1, -1)
+    )
+
+
+def _error(args: Any, errmsg: str, valid: ActionValidCode | None = None) -> ActionReturn:
+    return ActionReturn(
+        args=args if isinstance(args, dict) else {"action": args},
+        errmsg=errmsg,
+        state=ActionStatusCode.ARGS_ERROR,
+        valid=valid or ActionValidCode.OPEN,
+    )
+
+
+def _result(sender: str, content: Any) -> AgentMessage:
+    """A tool result: text for the model in ``content``, the ``ActionReturn`` in ``formatted``."""
+    if isinstance(content, ActionReturn):
+        return AgentMessage(
+            sender=sender, content=action_return_text(content), formatted=content.to_dict()
+        )
+    return AgentMessage(sender=sender, content=content)
+
+
+class AsyncToolAgent(_ToolLoop, AsyncAgent):
+    """Async tool agent: ``await agent(msg, session_id=...)`` / ``agent.stream(...)``."""
+
+
+class ToolAgent(_ToolLoop, Agent):
+    """Sync tool agent: the same loop driven from sync code."""
+
+
+__all__ = ["AsyncToolAgent", "ToolAgent", "default_tool_parser"]
