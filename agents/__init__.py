@@ -1,0 +1,29 @@
+"""AgentStation's agent library: lagent v1's programming model on one async streaming core."""
+
+from agents.agent import Agent, AsyncAgent, BaseAgent
+from agents.memory import Memory, MemoryManager
+from agents.schema import (
+    ActionReturn,
+    ActionStatusCode,
+    ActionValidCode,
+    AgentMessage,
+    AgentStatusCode,
+    ModelStatusCode,
+)
+from agents.tool_agent import AsyncToolAgent, ToolAgent
+
+__all__ = [
+    "ActionReturn",
+    "ActionStatusCode",
+    "ActionValidCode",
+    "Agent",
+    "AgentMessage",
+    "AgentStatusCode",
+    "AsyncAgent",
+    "AsyncToolAgent",
+    "BaseAgent",
+    "Memory",
+    "MemoryManager",
+    "ModelStatusCode",
+    "ToolAgent",
+]
