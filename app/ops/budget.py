@@ -1,0 +1,156 @@
+"""Token budgets per session (agent spec) and per tenant (API key), checked per model call.
+
+The runtime builds a ``RunBudget`` from what the session and tenant used before the run plus
+the run's live ``usage_scope`` counter, refuses the run up front when a budget is spent
+(``preflight``: 429 ``budget_exceeded``), and binds it with ``budget_scope`` around the agent
+call. ``BudgetedLLM`` checks it before every model call, so a run that crosses a budget stops
+at the next call boundary with what it produced so far.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
+
+STOP_REASON = "budget_exceeded"
+ERROR_CODE = "budget_exceeded"
+
+
+class BudgetExceeded(Exception):
+    """A session or tenant token budget is spent."""
+
+    def __init__(self, scope: str, limit: int, used: int) -> None:
+        super().__init__(f"{scope} token budget exhausted: used {used} of {limit} tokens")
+        self.scope = scope
+        self.limit = limit
+        self.used = used
+
+    def envelope(self) -> dict[str, Any]:
+        """The OpenAI error envelope for the 429 response."""
+        return {
+            "error": {
+                "message": str(self),
+                "type": "tokens",
+                "param": None,
+                "code": ERROR_CODE,
+            }
+        }
+
+
+def session_token_budget(spec: Mapping[str, Any]) -> int | None:
+    """``spec["budget"]["max_total_tokens"]`` if set (a positive int), else ``None``."""
+    budget = spec.get("budget")
+    if not isinstance(budget, Mapping):
+        return None
+    limit = budget.get("max_total_tokens")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise ValueError("budget.max_total_tokens must be a positive integer")
+    return limit
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One budget: ``limit`` total tokens for ``scope``, of which ``used`` before this run."""
+
+    scope: str  # "session" | "tenant"
+    limit: int
+    used: int
+
+
+@dataclass
+class RunBudget:
+    """The budgets a run is subject to, and the run's own usage so far."""
+
+    limits: list[Limit] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+    @classmethod
+    def build(
+        cls,
+        usage: Usage,
+        session_limit: int | None = None,
+        session_used: int = 0,
+        tenant_limit: int | None = None,
+        tenant_used: int = 0,
+    ) -> RunBudget:
+        """A budget from optional session and tenant limits (``None`` = unlimited)."""
+        limits = []
+        if session_limit is not None:
+            limits.append(Limit("session", session_limit, session_used))
+        if tenant_limit is not None:
+            limits.append(Limit("tenant", tenant_limit, tenant_used))
+        return cls(limits=limits, usage=usage)
+
+    def exhausted(self) -> Limit | None:
+        """The first budget used up (before + this run >= limit), if any."""
+        spent = self.usage.total_tokens
+        return next((lim for lim in self.limits if lim.used + spent >= lim.limit), None)
+
+    def check(self) -> None:
+        """Raise ``BudgetExceeded`` if any budget is used up."""
+        limit = self.exhausted()
+        if limit is not None:
+            raise BudgetExceeded(limit.scope, limit.limit, limit.used + self.usage.total_tokens)
+
+    preflight = check  # before the run starts: the same test with the run's usage at zero
+
+
+_current: contextvars.ContextVar[RunBudget | None] = contextvars.ContextVar(
+    "agentstation_run_budget", default=None
+)
+
+
+@contextmanager
+def budget_scope(budget: RunBudget) -> Iterator[RunBudget]:
+    """Make ``budget`` the one ``BudgetedLLM`` checks for model calls made inside."""
+    token = _current.set(budget)
+    try:
+        yield budget
+    finally:
+        _current.reset(token)
+
+
+def check_current_budget() -> None:
+    """Raise ``BudgetExceeded`` if this task runs under a spent budget (no budget: no-op)."""
+    budget = _current.get()
+    if budget is not None:
+        budget.check()
+
+
+class BudgetedLLM(AsyncBaseLLM):
+    """Wraps a model so each call first checks the task's budget; otherwise the same model."""
+
+    def __init__(self, inner: AsyncBaseLLM) -> None:
+        # No super().__init__: parameters and template stay the inner model's own objects.
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything not defined here (path, gen_params, meta_template, backend extras).
+        return getattr(self.inner, name)
+
+    def update_gen_params(self, **kwargs: Any) -> dict[str, Any]:
+        """The inner model's per-call parameters."""
+        return self.inner.update_gen_params(**kwargs)
+
+    async def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
+        """Check the budget, then stream the inner model's reply."""
+        check_current_budget()
+        async for delta in self.inner.astream(messages, **kwargs):
+            yield delta
+
+    async def chat(self, messages: Messages, **kwargs: Any) -> str:
+        """Check the budget, then the inner model's whole reply."""
+        return "".join([d.text async for d in self.astream(messages, **kwargs)])
+
+    async def stream_chat(self, messages: Messages, **kwargs: Any) -> AsyncIterator[str]:
+        """Check the budget, then the inner model's text deltas."""
+        async for delta in self.astream(messages, **kwargs):
+            if delta.text:
+                yield delta.text
