@@ -15,12 +15,8 @@ import traceback
 from typing import Any
 
 from agents.actions.base import BaseAction, current_session_id
+from agents.llms.scripted import ScriptedLLM, SyncScriptedLLM
 from agents.schema import ActionReturn, ActionStatusCode
-
-try:  # written alongside; keep this module importable while it lands
-    from agents.llms.scripted import ScriptedLLM
-except ImportError:  # pragma: no cover
-    ScriptedLLM = None  # type: ignore[assignment,misc]
 
 
 class FakeKernel(BaseAction):
@@ -78,4 +74,4 @@ def _execute(code: str, namespace: dict[str, Any]) -> Any:
     return eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
 
 
-__all__ = ["FakeKernel", "ScriptedLLM"]
+__all__ = ["FakeKernel", "ScriptedLLM", "SyncScriptedLLM"]
