@@ -16,7 +16,7 @@ from agents.llms import AsyncBaseLLM
 from agents.memory import Memory
 from agents.parsers import StrParser, ToolParser
 from agents.schema import ActionReturn, ActionStatusCode, AgentMessage
-from agents.testing import FakeKernel, ScriptedLLM, SyncScriptedLLM
+from agents.testing import FakeKernel, SyncScriptedLLM
 
 SYSTEM_PROMPT = "你的回答只能从“典”、“孝”、“急”三个字中选一个。"
 QUESTION = (
