@@ -71,7 +71,8 @@ def run_one(name: str, opts: BenchOptions) -> BenchResult:
         result = BenchResult(name, skipped=str(exc))
     except Exception as exc:  # one broken benchmark must not lose the others' figures
         traceback.print_exc()
-        result = BenchResult(name, skipped=f"failed: {exc!r}"[:500])
+        first = (str(exc).strip().splitlines() or [""])[0]
+        result = BenchResult(name, skipped=f"failed: {type(exc).__name__}: {first}"[:300])
     result.elapsed_s = time.monotonic() - start
     return result
 

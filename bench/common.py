@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -166,6 +167,16 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"{self.name} not ready in {self.ready_timeout_s}s:\n{self.log_tail()}")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process has used so far (Linux /proc)."""
+        if self.proc is None:
+            return 0.0
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def log_tail(self, lines: int = 30) -> str:
         """The last lines the server printed."""
         with contextlib.suppress(OSError):
@@ -266,10 +277,24 @@ def servers(*procs: ServerProcess) -> Iterator[list[ServerProcess]]:
         yield [stack.enter_context(p) for p in procs]
 
 
+def http_json(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    """A JSON request for setup steps (creating agents and sessions); raises on non-2xx."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:500]
+        raise RuntimeError(f"{method} {url} -> {exc.code}: {detail}") from exc
+    return json.loads(raw) if raw else None
+
+
 def pct(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) by nearest rank; 0.0 for no values."""
     if not values:
         return 0.0
     ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    idx = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[idx]

@@ -1,0 +1,151 @@
+"""Gateway overhead against the bare FastAPI echo: raw model, agent and session paths.
+
+Targets, all driven by the same generator with the same connections, alternating:
+``echo`` (bench/baselines/echo.py), ``chat`` (``/v1/chat/completions`` on the scripted model in
+echo mode), ``agent`` (the same with ``model`` = an agent), ``session-sqlite`` and
+``session-postgres`` (``POST /v1/sessions/{id}/messages``, non-streaming, over 128 sessions).
+Throughput at ``opts.connections`` connections; added latency at one connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from bench import plots
+from bench.common import (
+    BenchOptions,
+    BenchResult,
+    Goal,
+    ServerProcess,
+    Skip,
+    gateway_server,
+    http_json,
+    reset_postgres_db,
+    uvicorn_server,
+)
+from bench.load import LoadResult, LoadSpec, alternate, summarize
+
+NAME = "gateway"
+SCRIPTED = [{"name": "scripted", "backend": "scripted"}]  # no replies: echoes the user
+CHAT_BODY = {"model": "scripted", "messages": [{"role": "user", "content": "hello world"}]}
+AGENT = "bench-agent"
+AGENT_SPEC = {"kind": "agent", "model": "scripted"}
+SESSIONS = 128
+# Sandbox off: no tool runs here, and its self-test would only slow the start.
+GATEWAY_ENV = {"AGENTSTATION_SANDBOX_ENABLED": "false"}
+MIN_RATIO, MAX_ADDED_P50_MS = 0.60, 0.5
+
+
+def create_agent(base_url: str, name: str = AGENT, spec: dict[str, Any] | None = None) -> None:
+    """Define the benchmark agent (scripted model, no tools)."""
+    http_json("POST", f"{base_url}/v1/agents", {"name": name, "spec": spec or AGENT_SPEC})
+
+
+def create_sessions(base_url: str, n: int, agent: str = AGENT) -> list[str]:
+    """n sessions of the agent; their ids."""
+    return [
+        str(http_json("POST", f"{base_url}/v1/sessions", {"agent": agent})["id"]) for _ in range(n)
+    ]
+
+
+def session_spec(name: str, base_url: str, n: int) -> LoadSpec:
+    """Turns spread over n sessions; ``enqueue`` so a rare collision waits instead of 409."""
+    ids = create_sessions(base_url, n)
+    body = {"message": "hello world", "multitask_strategy": "enqueue"}
+    return LoadSpec(name, base_url, body, [f"/v1/sessions/{i}/messages" for i in ids])
+
+
+def _row(
+    name: str, thr: LoadResult, lat: LoadResult, base_thr: LoadResult, base_lat: LoadResult
+) -> dict[str, Any]:
+    return {
+        "target": name,
+        "rps": round(thr.rps),
+        "vs_echo": round(thr.rps / base_thr.rps, 3),
+        "p50_ms_c1": round(lat.p50_ms, 3),
+        "added_p50_ms": round(lat.p50_ms - base_lat.p50_ms, 3),
+        "p99_ms_c1": round(lat.p99_ms, 3),
+        "added_p99_ms": round(lat.p99_ms - base_lat.p99_ms, 3),
+        f"p50_ms_c{thr.connections}": round(thr.p50_ms, 2),
+        f"p99_ms_c{thr.connections}": round(thr.p99_ms, 2),
+        "errors": thr.errors + lat.errors,
+    }
+
+
+def _goals(rows: list[dict[str, Any]]) -> list[Goal]:
+    goals = []
+    for row in rows[1:]:
+        ratio, added = row["vs_echo"], row["added_p50_ms"]
+        goals.append(
+            Goal(
+                f"{row['target']}: throughput vs bare FastAPI",
+                f"≥ {MIN_RATIO:.0%}",
+                f"{ratio:.1%}",
+                ratio >= MIN_RATIO,
+                f"{(ratio - MIN_RATIO) * 100:+.1f} points",
+            )
+        )
+        goals.append(
+            Goal(
+                f"{row['target']}: added p50 latency",
+                f"≤ {MAX_ADDED_P50_MS} ms",
+                f"{added:.3f} ms",
+                added <= MAX_ADDED_P50_MS,
+                f"{added - MAX_ADDED_P50_MS:+.3f} ms",
+            )
+        )
+    return goals
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    """Start echo + gateway (SQLite) + gateway (PostgreSQL), alternate the load, compare."""
+    result = BenchResult(NAME)
+    with contextlib.ExitStack() as stack:
+        echo = stack.enter_context(uvicorn_server("echo", "bench.baselines.echo:app"))
+        gw = stack.enter_context(gateway_server("gw-sqlite", SCRIPTED, **GATEWAY_ENV))
+        create_agent(gw.base_url)
+        specs = [
+            LoadSpec("echo", echo.base_url, CHAT_BODY, ["/v1/chat/completions"]),
+            LoadSpec("chat", gw.base_url, CHAT_BODY, ["/v1/chat/completions"]),
+            LoadSpec("agent", gw.base_url, {**CHAT_BODY, "model": AGENT}, ["/v1/chat/completions"]),
+            session_spec("session-sqlite", gw.base_url, SESSIONS),
+        ]
+        pg = _start_postgres_gateway(stack, result)
+        if pg is not None:
+            create_agent(pg.base_url)
+            specs.append(session_spec("session-postgres", pg.base_url, SESSIONS))
+        thr = alternate(specs, opts.generator, opts.connections, opts.dur(), opts.rounds)
+        lat = alternate(specs, opts.generator, 1, opts.dur(2.0), opts.rounds)
+    t = {k: summarize(v) for k, v in thr.items()}
+    la = {k: summarize(v) for k, v in lat.items()}
+    result.rows = [_row(s.name, t[s.name], la[s.name], t["echo"], la["echo"]) for s in specs]
+    result.goals = _goals(result.rows)
+    if any(r["errors"] for r in result.rows):
+        result.notes.append("Some targets answered non-2xx (errors column): figures are suspect.")
+    result.notes.append(
+        f"wrk/aiohttp generator: {opts.generator}; {opts.rounds} alternating rounds of "
+        f"{opts.dur():.0f} s at {opts.connections} connections and {opts.dur(2.0):.0f} s at 1."
+    )
+    if not opts.quick:
+        names = [r["target"] for r in result.rows]
+        result.plots.append(
+            plots.bars("gateway-rps", names, [r["rps"] for r in result.rows],
+                       f"Throughput at {opts.connections} connections", "requests/s")
+        )  # fmt: skip
+        result.plots.append(
+            plots.bars("gateway-p50", names, [r["p50_ms_c1"] for r in result.rows],
+                       "Latency p50 at 1 connection", "ms")
+        )  # fmt: skip
+    return result
+
+
+def _start_postgres_gateway(
+    stack: contextlib.ExitStack, result: BenchResult
+) -> ServerProcess | None:
+    try:
+        url = reset_postgres_db()
+    except Skip as exc:
+        result.notes.append(f"session path on PostgreSQL skipped: {exc}")
+        return None
+    return stack.enter_context(gateway_server("gw-postgres", SCRIPTED, url, **GATEWAY_ENV))

@@ -1,0 +1,161 @@
+"""Persistence: what a session turn costs over a stateless one, and whether history length matters.
+
+Per database (SQLite, PostgreSQL), one gateway with a scripted agent:
+- per-turn cost: p50 of ``POST /v1/sessions/{id}/messages`` (non-streaming) minus p50 of the same
+  agent through ``/v1/chat/completions`` (no session, nothing stored), one connection each,
+  alternating;
+- history length: sessions pre-filled (``PUT /v1/sessions/{id}/memory``) with 10, 100 and 1,000
+  messages, one timed turn at a time, the lengths interleaved; the 1,000/10 ratio must stay near 1
+  (append-only memory: a turn writes its new messages, never the whole history).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from typing import Any
+
+from bench import plots
+from bench.common import (
+    HOST,
+    BenchOptions,
+    BenchResult,
+    Goal,
+    ServerProcess,
+    Skip,
+    gateway_server,
+    http_json,
+    pct,
+    reset_postgres_db,
+)
+from bench.gateway import AGENT, CHAT_BODY, GATEWAY_ENV, SCRIPTED, create_agent, session_spec
+from bench.load import LoadSpec, alternate, summarize
+
+NAME = "persistence"
+HISTORY = [10, 100, 1000]
+MAX_TURN_MS_PG, MAX_HISTORY_RATIO = 1.5, 1.2
+
+
+def history(n: int) -> dict[str, list[dict[str, Any]]]:
+    """A state_dict whose memory holds n alternating user/agent messages."""
+    senders = ("user", AGENT)
+    return {"memory": [{"content": f"message {i}", "sender": senders[i % 2]} for i in range(n)]}
+
+
+def timed_turn(conn: http.client.HTTPConnection, session_id: str) -> float:
+    """One non-streaming turn on a kept-alive connection; milliseconds."""
+    body = json.dumps({"message": "hello world"})
+    start = time.perf_counter()
+    headers = {"Content-Type": "application/json"}
+    conn.request("POST", f"/v1/sessions/{session_id}/messages", body, headers)
+    resp = conn.getresponse()
+    resp.read()
+    elapsed = (time.perf_counter() - start) * 1e3
+    if resp.status != 200:
+        raise RuntimeError(f"turn on {session_id} answered {resp.status}")
+    return elapsed
+
+
+def history_turns(gw: ServerProcess, sessions: int, turns: int) -> dict[int, list[float]]:
+    """Turn times (ms) per history length, lengths interleaved turn by turn."""
+    ids: dict[int, list[str]] = {}
+    for n in HISTORY:
+        ids[n] = []
+        for _ in range(sessions):
+            sid = str(http_json("POST", f"{gw.base_url}/v1/sessions", {"agent": AGENT})["id"])
+            http_json("PUT", f"{gw.base_url}/v1/sessions/{sid}/memory", history(n))
+            ids[n].append(sid)
+    times: dict[int, list[float]] = {n: [] for n in HISTORY}
+    conn = http.client.HTTPConnection(HOST, gw.port, timeout=60)
+    try:
+        for n in HISTORY:  # warm-up: one turn per length, not counted
+            timed_turn(conn, ids[n][0])
+        for _ in range(turns):
+            for i in range(sessions):
+                for n in HISTORY:
+                    times[n].append(timed_turn(conn, ids[n][i]))
+    finally:
+        conn.close()
+    return times
+
+
+def measure(db: str, gw: ServerProcess, opts: BenchOptions) -> list[dict[str, Any]]:
+    """Both experiments on one gateway; rows for the table."""
+    create_agent(gw.base_url)
+    agent_body = {**CHAT_BODY, "model": AGENT}
+    specs = [
+        LoadSpec(f"stateless-{db}", gw.base_url, agent_body, ["/v1/chat/completions"]),
+        session_spec(f"session-{db}", gw.base_url, 8),
+    ]
+    runs = alternate(specs, opts.generator, 1, opts.dur(), opts.rounds)
+    base, sess = summarize(runs[specs[0].name]), summarize(runs[specs[1].name])
+    sessions, turns = (2, 1) if opts.quick else (10, 3)
+    times = history_turns(gw, sessions, turns)
+    figures = [
+        ("stateless agent turn p50 (ms)", base.p50_ms),
+        ("session turn p50 (ms)", sess.p50_ms),
+        ("per-turn cost p50 (ms)", sess.p50_ms - base.p50_ms),
+    ]
+    for n in HISTORY:
+        figures.append((f"turn p50 at {n} msgs (ms)", pct(times[n], 50)))
+        figures.append((f"turn p99 at {n} msgs (ms)", pct(times[n], 99)))
+    ratio = pct(times[HISTORY[-1]], 50) / pct(times[HISTORY[0]], 50)
+    figures.append((f"turn p50 {HISTORY[-1]}/{HISTORY[0]} msgs", ratio))
+    return [{"db": db, "measure": m, "value": round(v, 3)} for m, v in figures]
+
+
+def _value(rows: list[dict[str, Any]], db: str, prefix: str) -> float | None:
+    found = (r["value"] for r in rows if r["db"] == db and r["measure"].startswith(prefix))
+    return next(found, None)
+
+
+def _goals(rows: list[dict[str, Any]]) -> list[Goal]:
+    goals = []
+    cost = _value(rows, "postgres", "per-turn cost")
+    goals.append(
+        Goal("per-turn persistence p50 on PostgreSQL", f"≤ {MAX_TURN_MS_PG} ms",
+             "-" if cost is None else f"{cost:.3f} ms",
+             None if cost is None else cost <= MAX_TURN_MS_PG,
+             "" if cost is None else f"{cost - MAX_TURN_MS_PG:+.3f} ms")
+    )  # fmt: skip
+    for db in ("sqlite", "postgres"):
+        ratio = _value(rows, db, "turn p50 1000/10")
+        goals.append(
+            Goal(f"turn at 1,000 msgs vs at 10 ({db})", f"≤ {MAX_HISTORY_RATIO}×",
+                 "-" if ratio is None else f"{ratio:.2f}×",
+                 None if ratio is None else ratio <= MAX_HISTORY_RATIO,
+                 "" if ratio is None else f"{ratio - MAX_HISTORY_RATIO:+.2f}×")
+        )  # fmt: skip
+    return goals
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    """SQLite first, then PostgreSQL (skipped with a note when it is not reachable)."""
+    result = BenchResult(NAME)
+    with gateway_server("gw-sqlite", SCRIPTED, **GATEWAY_ENV) as gw:
+        result.rows += measure("sqlite", gw, opts)
+    url = None
+    try:
+        url = reset_postgres_db()
+    except Skip as exc:
+        result.notes.append(f"PostgreSQL skipped: {exc}")
+    if url:
+        with gateway_server("gw-postgres", SCRIPTED, url, **GATEWAY_ENV) as gw:
+            result.rows += measure("postgres", gw, opts)
+    result.goals = _goals(result.rows)
+    result.notes.append(
+        "Per-turn cost = session turn p50 − stateless agent turn p50, one connection, "
+        "alternating runs; history turns: 10 sessions per length × 3 turns, lengths interleaved."
+    )
+    if not opts.quick:
+        series = {}
+        for db in ("sqlite", "postgres"):
+            ys = [_value(result.rows, db, f"turn p50 at {n} msgs") for n in HISTORY]
+            if all(y is not None for y in ys):
+                series[db] = (HISTORY, [y or 0.0 for y in ys])
+        result.plots.append(
+            plots.lines("persistence-history", series, "Turn time vs history length",
+                        "messages in session memory", "turn p50 (ms)", logx=True)
+        )  # fmt: skip
+    return result

@@ -1,0 +1,141 @@
+"""Streaming scale: concurrent SSE streams at ~20 tokens/s each on one gateway worker.
+
+The scripted model streams a reply word by word with ``chunk_delay_s`` = 0.05 s (20 tokens/s).
+At each concurrency level the client (this process, a separate core from the server) opens
+that many ``stream: true`` chat completions, spread over the first second, and records the gap
+between successive reads of each stream (the first read, TTFT, is kept apart). A level passes
+while the p99 gap stays within 2× the nominal 50 ms; the result is the largest passing level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any
+
+from bench import plots
+from bench.common import (
+    HOST,
+    BenchOptions,
+    BenchResult,
+    Goal,
+    ServerProcess,
+    gateway_server,
+    pct,
+    uvicorn_server,
+)
+from bench.gateway import GATEWAY_ENV
+from bench.sse_client import StreamStats, build_request, open_stream
+
+NAME = "streaming"
+DELAY_S = 0.05
+WORDS = 120  # 6 s per stream at 20 tokens/s
+LEVELS = [50, 100, 250, 500, 750, 1000]
+GOAL_STREAMS = 1000
+RAMP_S = 1.0
+
+
+STREAM_MODEL = [{"name": "stream", "backend": "scripted", "chunk_delay_s": DELAY_S}]
+
+
+def prompt(words: int) -> str:
+    """The user message both targets echo back word by word."""
+    return " ".join(f"w{i}" for i in range(words))
+
+
+async def run_level(target: str, server: ServerProcess, streams: int, words: int) -> dict[str, Any]:
+    """Run ``streams`` concurrent streams; gap and TTFT percentiles in ms, CPU shares in %."""
+    content = prompt(words)
+    body = {"model": "stream", "stream": True, "messages": [{"role": "user", "content": content}]}
+    request = build_request(HOST, server.port, "/v1/chat/completions", body)
+    start, cpu0, server_cpu0 = time.perf_counter(), time.process_time(), server.cpu_seconds()
+    tasks = [open_stream(HOST, server.port, request, RAMP_S * i / streams) for i in range(streams)]
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    wall = time.perf_counter() - start
+    client_cpu, server_cpu = time.process_time() - cpu0, server.cpu_seconds() - server_cpu0
+    stats = [r for r in results if isinstance(r, StreamStats)]
+    gaps = [(b - a) * 1e3 for s in stats for a, b in itertools.pairwise(s.reads)]
+    ttfts = [(s.reads[0] - s.started) * 1e3 for s in stats if s.reads]
+    return {
+        "target": target,
+        "streams": streams,
+        "completed": sum(1 for s in stats if s.done),
+        "gap_p50_ms": round(pct(gaps, 50), 1),
+        "gap_p99_ms": round(pct(gaps, 99), 1),
+        "gap_max_ms": round(max(gaps, default=0.0), 1),
+        "ttft_p50_ms": round(pct(ttfts, 50), 1),
+        "ttft_p99_ms": round(pct(ttfts, 99), 1),
+        "events_per_s": round(len(gaps) / wall),
+        "server_cpu_pct": round(server_cpu / wall * 100),
+        "client_cpu_pct": round(client_cpu / wall * 100),
+        "wall_s": round(wall, 1),
+    }
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    """Raise the number of concurrent streams until the p99 gap passes 2× nominal."""
+    result = BenchResult(NAME)
+    limit_ms = 2 * DELAY_S * 1e3
+    levels = [10] if opts.quick else LEVELS
+    words = 10 if opts.quick else WORDS
+    best = {"echo": 0, "gateway": 0}
+    failed: set[str] = set()
+    env = {"BENCH_CHUNK_DELAY_S": str(DELAY_S)}
+    with (
+        uvicorn_server("echo", "bench.baselines.echo:app", env=env) as echo,
+        gateway_server("gw-stream", STREAM_MODEL, **GATEWAY_ENV) as gw,
+    ):
+        for level in levels:
+            # Alternate: the bare FastAPI floor, then the gateway, at the same level.
+            for target, server in (("echo", echo), ("gateway", gw)):
+                if target in failed:
+                    continue
+                row = asyncio.run(run_level(target, server, level, words))
+                row["passes"] = row["gap_p99_ms"] <= limit_ms and row["completed"] == level
+                result.rows.append(row)
+                if row["passes"]:
+                    best[target] = level
+                else:
+                    failed.add(target)
+            if "gateway" in failed:
+                break
+    result.notes.append(
+        f"Nominal gap {DELAY_S * 1e3:.0f} ms (20 tokens/s); limit p99 ≤ {limit_ms:.0f} ms; "
+        f"{words} tokens per stream; streams opened over {RAMP_S:.0f} s; one uvicorn worker. "
+        "The client (bench/sse_client.py, one process) shares the 2 cores with the server."
+    )
+    if any(r["completed"] < r["streams"] for r in result.rows):
+        result.notes.append("Some streams did not complete with [DONE] (completed column).")
+    result.notes.append(
+        f"Largest passing level: gateway {best['gateway']}, bare FastAPI {best['echo']}."
+    )
+    met = best["gateway"] >= GOAL_STREAMS
+    result.goals.append(
+        Goal(
+            "concurrent 20 tok/s streams on one worker (p99 gap ≤ 2× nominal)",
+            f"≥ {GOAL_STREAMS}",
+            f"{best['gateway']}",
+            met,
+            f"{best['gateway'] - GOAL_STREAMS:+d} streams",
+        )
+    )
+    if not opts.quick:
+        series = {}
+        for target in ("echo", "gateway"):
+            rows = [r for r in result.rows if r["target"] == target]
+            series[f"{target} p99"] = (
+                [r["streams"] for r in rows],
+                [r["gap_p99_ms"] for r in rows],
+            )
+        result.plots.append(
+            plots.lines(
+                "streaming-gap",
+                series,
+                "Inter-event gap vs concurrent streams (20 tok/s each)",
+                "concurrent streams",
+                "ms",
+                hline=limit_ms,
+            )
+        )
+    return result

@@ -1,0 +1,76 @@
+"""Smoke tests of the benchmark harness: tiny loads against the baseline servers (no figures)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from bench import gateway, loadgen, persistence, proxy, report, streaming  # noqa: F401
+from bench.__main__ import parse_args
+from bench.common import HOST, BenchResult, Goal, http_json, pct, uvicorn_server
+from bench.load import LoadSpec, run_aiohttp, run_load, wrk_available
+from bench.sse_client import build_request, open_stream
+
+pytestmark = [pytest.mark.slow, pytest.mark.live]
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hello bench"}]}
+
+
+def test_echo_answers_a_chat_completion_and_the_aiohttp_generator_counts_it() -> None:
+    with uvicorn_server("echo", "bench.baselines.echo:app") as echo:
+        answer = http_json("POST", f"{echo.base_url}/v1/chat/completions", BODY)
+        spec = LoadSpec("echo", echo.base_url, BODY, ["/v1/chat/completions"])
+        result = run_aiohttp(spec, connections=2, duration_s=0.3)
+        bad = run_aiohttp(LoadSpec("404", echo.base_url, BODY, ["/nope"]), 1, 0.2)
+    assert answer["choices"][0]["message"]["content"] == "hello bench"
+    assert answer["usage"]["completion_tokens"] == 2
+    assert result.requests > 0 and result.errors == 0 and result.rps > 0
+    assert 0 < result.p50_ms <= result.p99_ms
+    assert bad.requests > 0 and bad.errors == bad.requests  # a fast 404 is no throughput
+
+
+@pytest.mark.skipif(not wrk_available(), reason="wrk not installed")
+def test_wrk_generator_reports_requests_and_latency() -> None:
+    with uvicorn_server("echo", "bench.baselines.echo:app") as echo:
+        spec = LoadSpec("echo", echo.base_url, BODY, ["/v1/chat/completions"])
+        result = run_load("wrk", spec, connections=2, duration_s=1)
+    assert result.requests > 0 and result.errors == 0
+    assert 0 < result.p50_ms <= result.p99_ms
+
+
+def test_forwarder_relays_the_mock_upstream() -> None:
+    with uvicorn_server("mock", "bench.baselines.mock_openai:app") as mock:
+        env = {"BENCH_UPSTREAM": mock.base_url}
+        with uvicorn_server("fwd", "bench.baselines.forwarder:app", env=env) as fwd:
+            answer = http_json("POST", f"{fwd.base_url}/v1/chat/completions", BODY)
+    assert answer["object"] == "chat.completion"
+    assert answer["choices"][0]["message"]["content"].startswith("hello from the mock")
+
+
+def test_sse_client_times_every_event_of_a_stream() -> None:
+    env = {"BENCH_CHUNK_DELAY_S": "0.01"}
+    with uvicorn_server("echo", "bench.baselines.echo:app", env=env) as echo:
+        body = {**BODY, "stream": True, "messages": [{"role": "user", "content": "a b c d"}]}
+        request = build_request(HOST, echo.port, "/v1/chat/completions", body)
+        stats = asyncio.run(open_stream(HOST, echo.port, request, 0.0))
+    assert stats.status_ok and stats.done
+    assert 2 <= len(stats.reads) <= 5  # 4 words + the closing event, some reads coalesced
+    assert stats.reads == sorted(stats.reads)
+
+
+def test_report_table_goals_and_json_round_trip() -> None:
+    res = BenchResult("x", rows=[{"a": 1, "b": 2.5}], goals=[Goal("g", "≥ 1", "2", True, "+1")])
+    table = report.markdown_table(res.rows)
+    assert table.splitlines()[0] == "| a | b |" and "2.50" in table
+    assert "| x | g | ≥ 1 | 2 | met | +1 |" in report.goals_table([res])
+    assert json.loads(json.dumps(res.to_json()))["goals"][0]["met"] is True
+
+
+def test_cli_options_and_percentiles() -> None:
+    names, opts, readme = parse_args(["gateway", "--quick", "--generator", "aiohttp"])
+    assert names == ["gateway"] and opts.quick and opts.rounds == 1 and not readme
+    assert opts.generator == "aiohttp"
+    assert pct([1.0, 2.0, 3.0, 4.0], 50) == 2.0 and pct([5.0], 99) == 5.0 and pct([], 50) == 0.0
+    with pytest.raises(SystemExit):
+        parse_args(["nope"])
