@@ -1,0 +1,181 @@
+"""How a kernel process is spawned at each level: command line, environment, child setup."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.sandbox.config import Level, SandboxConfig
+
+#: Where the session's work dir appears inside a bubblewrap sandbox.
+SANDBOX_WORKDIR = "/workspace"
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to spawn one kernel."""
+
+    level: Level
+    uid: int | None
+    workdir: Path
+    run_dir: Path
+    connection_file: Path
+    cgroup_procs: tuple[Path, ...] = ()
+
+
+def bwrap_path() -> str | None:
+    """The bubblewrap binary, if installed."""
+    return shutil.which("bwrap") or ("/usr/bin/bwrap" if Path("/usr/bin/bwrap").exists() else None)
+
+
+def kernel_workdir(spec: LaunchSpec) -> str:
+    """The work dir path as code inside the kernel sees it."""
+    return SANDBOX_WORKDIR if spec.level == "L3" else str(spec.workdir)
+
+
+def kernel_env(config: SandboxConfig, spec: LaunchSpec, marker: str) -> dict[str, str]:
+    """A cleared environment: nothing of the service's (keys, DB URL) reaches the kernel."""
+    home = kernel_workdir(spec)
+    return {
+        "PATH": f"{config.kernel_env}/bin:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp" if spec.level == "L3" else home,
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "MPLCONFIGDIR": ("/tmp" if spec.level == "L3" else home) + "/.matplotlib",
+        "IPYTHONDIR": ("/tmp" if spec.level == "L3" else home) + "/.ipython",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        # Threads multiply virtual memory (RLIMIT_AS) and processes (RLIMIT_NPROC).
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "2",
+        "AGENTSTATION_SANDBOX_MARKER": marker,
+    }
+
+
+def kernel_command(config: SandboxConfig, spec: LaunchSpec) -> list[str]:
+    """argv for the kernel; at L3 wrapped in bubblewrap."""
+    kernel = [
+        str(config.kernel_python),
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        str(spec.connection_file),
+        "--IPKernelApp.parent_handle=0",
+        "--HistoryManager.enabled=False",
+    ]
+    if spec.level != "L3":
+        return kernel
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise RuntimeError("bubblewrap (bwrap) is not installed")
+    return [bwrap, *_bwrap_args(config, spec), "--", *kernel]
+
+
+def _bwrap_args(config: SandboxConfig, spec: LaunchSpec) -> list[str]:
+    args = [
+        # --unshare-user explicitly: --disable-userns needs it (no nested namespaces).
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    for name in ("lib", "lib64", "bin", "sbin"):
+        target = Path("/") / name
+        if target.is_symlink():
+            args += ["--symlink", os.readlink(target), str(target)]
+        elif target.is_dir():
+            args += ["--ro-bind", str(target), str(target)]
+    for etc in (
+        "/etc/ld.so.cache",
+        "/etc/localtime",
+        "/etc/alternatives",
+        "/etc/fonts",
+        "/etc/ssl/certs",
+    ):
+        if Path(etc).exists():
+            args += ["--ro-bind", etc, etc]
+    env_root = str(config.kernel_env.resolve())
+    args += ["--ro-bind", env_root, env_root]
+    if str(config.kernel_env) != env_root:
+        args += ["--symlink", env_root, str(config.kernel_env)]
+    tmp = str(config.tmp_bytes)
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--size", tmp, "--tmpfs", "/tmp", "--size", tmp, "--tmpfs", "/dev/shm"]
+    args += ["--bind", str(spec.workdir), SANDBOX_WORKDIR]
+    args += ["--bind", str(spec.run_dir), str(spec.run_dir)]
+    args += ["--chdir", SANDBOX_WORKDIR]
+    # Without this, writes to the root tmpfs bwrap builds would be unbounded RAM.
+    args += ["--remount-ro", "/"]
+    return args
+
+
+def child_setup(config: SandboxConfig, spec: LaunchSpec) -> Callable[[], None]:
+    """The ``preexec_fn``: join cgroups, set rlimits, drop to the session uid, die with us."""
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    limits = _rlimits(config, spec.uid is not None)
+
+    def setup() -> None:
+        pid = str(os.getpid()).encode()
+        for procs in spec.cgroup_procs:
+            with open(procs, "wb") as handle:
+                handle.write(pid)
+        for which, value in limits:
+            resource.setrlimit(which, (value, value))
+        if spec.uid is not None:
+            os.setgroups([])
+            os.setgid(spec.uid)
+            os.setuid(spec.uid)
+        # After setuid: a credential change clears the parent-death signal.
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return setup
+
+
+def _rlimits(config: SandboxConfig, own_uid: bool) -> list[tuple[int, int]]:
+    limits = [
+        (resource.RLIMIT_AS, config.memory_bytes),
+        (resource.RLIMIT_FSIZE, config.max_file_bytes),
+        (resource.RLIMIT_CPU, config.cpu_seconds),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NOFILE, 1024),
+    ]
+    # RLIMIT_NPROC counts every process of the uid: only meaningful with a uid of our own.
+    if own_uid:
+        limits.append((resource.RLIMIT_NPROC, config.max_procs))
+    return limits
+
+
+def spawn(config: SandboxConfig, spec: LaunchSpec, marker: str) -> subprocess.Popen[bytes]:
+    """Start the kernel process (the bwrap process at L3); its stderr goes to kernel.log."""
+    with open(spec.run_dir / "kernel.log", "wb") as log:
+        return subprocess.Popen(
+            kernel_command(config, spec),
+            env=kernel_env(config, spec, marker),
+            cwd=str(spec.workdir),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            close_fds=True,
+            start_new_session=True,
+            preexec_fn=child_setup(config, spec),
+        )

@@ -1,0 +1,300 @@
+"""KernelPool: one sandboxed kernel per (session, agent), started lazily, bounded, reaped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from agents.sandbox import selftest, workdirs
+from agents.sandbox.config import Level, SandboxConfig, level_rank
+from agents.sandbox.kernel import SandboxKernel
+from agents.sandbox.launcher import SANDBOX_WORKDIR
+from agents.sandbox.loop import LoopThread
+from agents.sandbox.output import CellResult
+from agents.sandbox.reaper import FileLock, UidAllocator, reap_leftovers
+
+log = logging.getLogger("agents.sandbox")
+KernelKey = tuple[str, str]
+
+
+class SandboxError(RuntimeError):
+    """Code cannot run: the isolation level is too low, or no kernel slot is free."""
+
+
+class KernelPool:
+    """Sandboxed IPython kernels for many sessions (see docs/sandbox.md)."""
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig.from_env()
+        self.pool_id = f"p{os.getpid()}{secrets.token_hex(3)}"
+        self.level: Level | None = None
+        self.kernels: dict[KernelKey, SandboxKernel] = {}
+        self._locks: dict[KernelKey, asyncio.Lock] = {}
+        self._uids: dict[str, int] = {}
+        self._thread: LoopThread | None = None
+        self._start_slots: asyncio.Semaphore | None = None
+        self._slot_freed: asyncio.Condition | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._lock: FileLock | None = None
+        self._allocator: UidAllocator | None = None
+        self.closed = False
+
+    # -- public API (callable from any event loop or thread) --------------------------------
+
+    async def start(self) -> Level:
+        """Reap leftovers, detect the isolation level by a self-test, start idle reaping."""
+        return await self._loop().run(self._start())
+
+    def start_sync(self) -> Level:
+        """``start()`` for sync code."""
+        return self._loop().run_sync(self._start())
+
+    @property
+    def level_ok(self) -> bool:
+        """Whether the detected level meets ``min_level``."""
+        return self.level is not None and level_rank(self.level) >= level_rank(
+            self.config.min_level
+        )
+
+    async def execute(
+        self, session_key: str, code: str, *, agent: str = "default", timeout_s: float | None = None
+    ) -> CellResult:
+        """Run one cell in the (session, agent) kernel, starting it if needed."""
+        return await self._loop().run(self._execute((session_key, agent), code, timeout_s))
+
+    def execute_sync(
+        self, session_key: str, code: str, *, agent: str = "default", timeout_s: float | None = None
+    ) -> CellResult:
+        """``execute()`` for sync code."""
+        return self._loop().run_sync(self._execute((session_key, agent), code, timeout_s))
+
+    async def shutdown_session(self, session_key: str, remove_files: bool = False) -> None:
+        """Stop the session's kernels (all agents); with ``remove_files`` drop its work dir."""
+        if self._thread is not None:
+            await self._thread.run(self._shutdown_session(session_key, remove_files))
+
+    def workdir(self, session_key: str) -> Path:
+        """The session's work dir on the host."""
+        name = hashlib.sha256(session_key.encode()).hexdigest()[:32]
+        return self.config.base_dir / "sessions" / name
+
+    def save_file(self, session_key: str, relpath: str, data: bytes) -> str:
+        """Write a file into the session's work dir; returns its path as the kernel sees it."""
+        workdir = self.workdir(session_key)
+        target = workdir / relpath
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        uid = self._uids.get(session_key)
+        if uid is not None:
+            for path in (target.parent, target):
+                os.chown(path, uid, uid)
+        if self.level == "L3":
+            return f"{SANDBOX_WORKDIR}/{relpath}"
+        return str(target)
+
+    async def aclose(self) -> None:
+        """Stop every kernel and the pool's thread."""
+        if self._thread is None or self.closed:
+            return
+        await self._thread.run(self._aclose())
+        self._thread.stop()
+
+    def close(self) -> None:
+        """``aclose()`` for sync code."""
+        if self._thread is None or self.closed:
+            return
+        self._thread.run_sync(self._aclose())
+        self._thread.stop()
+
+    # -- on the pool's loop ------------------------------------------------------------------
+
+    def _loop(self) -> LoopThread:
+        if self.closed:
+            raise SandboxError("the kernel pool is closed")
+        if self._thread is None:
+            self._thread = LoopThread(f"sandbox-{self.pool_id}")
+        return self._thread
+
+    @property
+    def run_root(self) -> Path:
+        """Parent of every pool's run dir (sockets, connection files)."""
+        return self.config.base_dir / "run"
+
+    async def _start(self) -> Level:
+        if self.level is not None:
+            return self.level
+        self._prepare_dirs()
+        self._start_slots = asyncio.Semaphore(max(1, self.config.start_concurrency))
+        self._slot_freed = asyncio.Condition()
+        if not self.config.kernel_python.exists():
+            log.warning(
+                "kernel environment %s missing (run scripts/install-kernel-env.sh); "
+                "falling back to the service's Python at L0",
+                self.config.kernel_env,
+            )
+            self.config = dataclasses.replace(self.config, kernel_env=Path(sys.prefix))
+        self.level = await selftest.detect(self)
+        log_fn = log.info if self.level_ok else log.error
+        log_fn("sandbox isolation level %s (minimum %s)", self.level, self.config.min_level)
+        self._reaper = asyncio.create_task(self._reap_idle())
+        return self.level
+
+    def _prepare_dirs(self) -> None:
+        base = self.config.base_dir
+        for d in (base, base / "sessions", self.run_root):
+            d.mkdir(parents=True, exist_ok=True)
+            # Traversable, not listable: a kernel reaches only dirs whose names it is given.
+            d.chmod(0o711)
+        reaped = reap_leftovers(self.run_root)
+        if reaped:
+            log.warning("reaped %d leftover sandbox run dirs", reaped)
+        own = self.run_root / self.pool_id
+        own.mkdir(mode=0o711)
+        self._lock = FileLock(own / ".lock")
+        self._lock.try_acquire()
+        self._allocator = UidAllocator(base / "uids", self.config.uid_base, self.config.uid_count)
+
+    def _uid_for(self, session_key: str) -> int | None:
+        if self.level == "L0" or self._allocator is None:
+            return None
+        uid = self._uids.get(session_key)
+        if uid is None:
+            uid = self._uids[session_key] = self._allocator.acquire()
+        return uid
+
+    def new_kernel(self, level: Level, name: str, workdir: Path, uid: int | None) -> SandboxKernel:
+        """A kernel object (not started) with its own run dir under this pool's."""
+        run_dir = self.run_root / self.pool_id / name
+        return SandboxKernel(
+            self.config, level, name=f"{self.pool_id}-{name}", run_dir=run_dir,
+            workdir=workdir, uid=uid,
+        )  # fmt: skip
+
+    async def _execute(self, key: KernelKey, code: str, limit_s: float | None) -> CellResult:
+        if self.level is None:
+            await self._start()
+        if not self.level_ok:
+            raise SandboxError(
+                f"sandbox isolation level {self.level} is below the required "
+                f"{self.config.min_level} (AGENTSTATION_SANDBOX_MIN_LEVEL): refusing to run "
+                "code; see docs/sandbox.md"
+            )
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            kernel = await self._kernel(key)
+            result = await kernel.execute(code, limit_s or self.config.timeout_s)
+            if result.status in ("timeout", "died"):
+                await self._hard_restart(key, kernel, result)
+            workdirs.check_size(self.workdir(key[0]), self.config.workdir_bytes, result)
+            return result
+
+    async def _hard_restart(self, key: KernelKey, kernel: SandboxKernel, res: CellResult) -> None:
+        """Kill the whole sandbox; the next cell starts a fresh kernel on new sockets."""
+        oom = kernel.oom_killed()
+        await self._drop(key)
+        if res.status == "died":
+            cause = (
+                "out of memory" if oom else f"exit code {kernel.proc and kernel.proc.returncode}"
+            )
+            res.ename, res.evalue = "KernelDied", f"the kernel died ({cause})"
+        else:
+            res.ename = "TimeoutError"
+            res.evalue = (
+                f"the cell did not stop within {self.config.interrupt_grace_s:g} s of an interrupt"
+            )
+        res.notes.append(
+            f"{res.ename}: {res.evalue}; the kernel was restarted "
+            "(variables are lost, files in the work dir are kept)"
+        )
+
+    async def _kernel(self, key: KernelKey) -> SandboxKernel:
+        kernel = self.kernels.get(key)
+        if kernel is not None and kernel.alive:
+            return kernel
+        if kernel is not None:
+            await self._drop(key)
+        await self._make_room()
+        assert self._start_slots is not None and self.level is not None
+        workdir = self.workdir(key[0])
+        uid = self._uid_for(key[0])
+        workdirs.ensure(workdir, uid)
+        kernel = self.new_kernel(self.level, secrets.token_hex(4), workdir, uid)
+        self.kernels[key] = kernel  # counts against max_kernels while it starts
+        try:
+            async with self._start_slots:
+                await kernel.start(self.pool_id)
+        except BaseException:
+            self.kernels.pop(key, None)
+            kernel.kill()
+            raise
+        return kernel
+
+    async def _make_room(self) -> None:
+        """Below max_kernels: evict the least recently used idle kernel, or wait, or fail."""
+        assert self._slot_freed is not None
+        deadline = time.monotonic() + self.config.queue_timeout_s
+        while len(self.kernels) >= self.config.max_kernels:
+            idle = [(k.last_used, key) for key, k in self.kernels.items() if not k.busy]
+            if idle:
+                victim = min(idle)[1]
+                log.info("evicting idle kernel of session %s to make room", victim[0])
+                await self._drop(victim)
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxError(
+                    f"all {self.config.max_kernels} kernels are busy "
+                    "(AGENTSTATION_SANDBOX_MAX_KERNELS); try again later"
+                )
+            async with self._slot_freed:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._slot_freed.wait(), remaining)
+
+    async def _drop(self, key: KernelKey) -> None:
+        kernel = self.kernels.pop(key, None)
+        if kernel is not None:
+            await kernel.shutdown()
+        if self._slot_freed is not None:
+            async with self._slot_freed:
+                self._slot_freed.notify_all()
+
+    async def _shutdown_session(self, session_key: str, remove_files: bool) -> None:
+        for key in [k for k in self.kernels if k[0] == session_key]:
+            await self._drop(key)
+        uid = self._uids.pop(session_key, None)
+        if uid is not None and self._allocator is not None:
+            self._allocator.release(uid)  # also kills what a kernel left running
+        if remove_files:
+            workdirs.remove(self.workdir(session_key))
+
+    async def _reap_idle(self) -> None:
+        period = max(0.5, min(30.0, self.config.idle_timeout_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for key, kernel in list(self.kernels.items()):
+                idle = now - kernel.last_used
+                if not kernel.busy and (idle > self.config.idle_timeout_s or not kernel.alive):
+                    log.info("stopping kernel of session %s (idle %.0f s)", key[0], idle)
+                    await self._drop(key)
+
+    async def _aclose(self) -> None:
+        self.closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+        await asyncio.gather(*(self._drop(key) for key in list(self.kernels)))
+        if self._allocator is not None:
+            self._allocator.release_all()
+        import shutil
+
+        shutil.rmtree(self.run_root / self.pool_id, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.release()
