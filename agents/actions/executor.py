@@ -126,7 +126,8 @@ class _Executor:
             return await self.invalid_action.acall({"err_msg": msg})
         action, api = target
         result = await action.acall(parameters, api)
-        result.valid = ActionValidCode.OPEN
+        if result.valid is None:  # a tool's own FINISH / INVALID stands
+            result.valid = ActionValidCode.OPEN
         return result
 
     def _api_names(self) -> list[str]:

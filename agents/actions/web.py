@@ -124,15 +124,28 @@ class WebBrowser(BaseAction):
         connector = aiohttp.TCPConnector(resolver=None if self.allow_private else _PublicResolver())
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            for _ in range(self.max_redirects + 1):
-                self._check_url(url)
-                async with session.get(url, allow_redirects=False) as resp:
-                    if resp.status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
-                        url = urljoin(url, resp.headers["Location"])
-                        continue
-                    resp.raise_for_status()
-                    body = await resp.content.read(self.max_bytes)
-                    return self._render(url, resp, body)
+            try:
+                return await self._follow(session, url)
+            except aiohttp.ClientConnectorError as exc:
+                if isinstance(exc.os_error, BlockedAddressError):
+                    raise exc.os_error from None  # the reason, not aiohttp's wrapper
+                raise
+
+    async def _follow(self, session: aiohttp.ClientSession, url: str) -> str:
+        """Fetch ``url``, following redirects here so every hop is checked."""
+        for _ in range(self.max_redirects + 1):
+            self._check_url(url)
+            async with session.get(url, allow_redirects=False) as resp:
+                if resp.status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
+                    url = urljoin(url, resp.headers["Location"])
+                    continue
+                resp.raise_for_status()
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(65536):
+                    body += chunk
+                    if len(body) >= self.max_bytes:  # a page is not a download
+                        break
+                return self._render(url, resp, bytes(body[: self.max_bytes]))
         raise ValueError(f"more than {self.max_redirects} redirects")
 
     def _check_url(self, url: str) -> None:
