@@ -1,0 +1,55 @@
+"""/v1/agents: versioned agent definitions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from app.deps import DbDep, PrincipalDep, StateDep
+from app.schemas.agents import AgentCreate, AgentList, AgentPublic, AgentUpdate
+from app.services import agents as service
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+
+
+@router.post("", status_code=201)
+async def create_agent(
+    body: AgentCreate, db: DbDep, who: PrincipalDep, state: StateDep
+) -> AgentPublic:
+    """Create an agent (version 1)."""
+    agent = await service.create_agent(
+        db, who.tenant_id, body, state.registry, state.models.names()
+    )
+    return service.to_public(agent)
+
+
+@router.get("")
+async def list_agents(
+    db: DbDep, who: PrincipalDep, limit: int = 20, after: str | None = None
+) -> AgentList:
+    """The tenant's agents, newest first."""
+    rows, more = await service.list_agents(db, who.tenant_id, limit, after)
+    return AgentList(data=[service.to_public(a) for a in rows], has_more=more)
+
+
+@router.get("/{name}")
+async def get_agent(name: str, db: DbDep, who: PrincipalDep) -> AgentPublic:
+    """One agent at its current version."""
+    return service.to_public(await service.get_agent(db, who.tenant_id, name))
+
+
+@router.put("/{name}")
+async def update_agent(
+    name: str, body: AgentUpdate, db: DbDep, who: PrincipalDep, state: StateDep
+) -> AgentPublic:
+    """Replace the spec (version + 1)."""
+    agent = await service.update_agent(
+        db, who.tenant_id, name, body, state.registry, state.models.names()
+    )
+    return service.to_public(agent)
+
+
+@router.delete("/{name}", status_code=204)
+async def delete_agent(name: str, db: DbDep, who: PrincipalDep) -> Response:
+    """Delete the agent and its sessions."""
+    await service.delete_agent(db, who.tenant_id, name)
+    return Response(status_code=204)

@@ -1,0 +1,141 @@
+"""OpenAI-compatible /v1/chat/completions and /v1/models (agents and raw models)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Header
+from starlette.responses import JSONResponse, StreamingResponse
+
+from app.db.models import Agent
+from app.deps import PrincipalDep, StateDep
+from app.engines.base import EngineError
+from app.errors import AppError, NotFound, Unavailable
+from app.schemas.agents import AgentSpec
+from app.schemas.openai import ChatCompletionRequest
+from app.services import chat
+from app.state import AppState
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+log = logging.getLogger(__name__)
+
+
+def _model_entry(name: str, created: int, kind: str) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "agentstation",
+        "kind": kind,
+    }
+
+
+async def _agents(state: AppState, tenant_id: str) -> list[Agent]:
+    async with state.sessionmaker() as db:
+        rows = await db.scalars(
+            sa.select(Agent).where(Agent.tenant_id == tenant_id).order_by(Agent.created_at.desc())
+        )
+        return list(rows)
+
+
+@router.get("/models")
+async def list_models(state: StateDep, who: PrincipalDep) -> dict[str, Any]:
+    """The tenant's agents and the configured raw models."""
+    data = [
+        _model_entry(a.name, int(a.created_at.timestamp()), "agent")
+        for a in await _agents(state, who.tenant_id)
+    ]
+    data += [_model_entry(name, 0, "model") for name in state.models.names()]
+    return {"object": "list", "data": data}
+
+
+@router.get("/models/{model_id:path}")
+async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[str, Any]:
+    """One agent or raw model."""
+    for agent in await _agents(state, who.tenant_id):
+        if agent.name == model_id:
+            return _model_entry(agent.name, int(agent.created_at.timestamp()), "agent")
+    if model_id in state.models.names():
+        return _model_entry(model_id, 0, "model")
+    raise NotFound(f"model {model_id!r} not found", param="model", code="model_not_found")
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(
+    body: ChatCompletionRequest,
+    state: StateDep,
+    who: PrincipalDep,
+    x_session_id: Annotated[str | None, Header(alias="X-Session-Id", max_length=128)] = None,
+) -> Any:
+    """An agent (by name) or a raw model answers, streamed or whole."""
+    agent = next((a for a in await _agents(state, who.tenant_id) if a.name == body.model), None)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    if agent is not None:
+        if x_session_id:
+            sub = await chat.session_submission(state, who.tenant_id, agent, x_session_id, body)
+            run, _ = await state.run_manager.submit(sub)
+            pieces = chat.run_pieces(state, run.id)
+        else:
+            spec = AgentSpec.model_validate(agent.spec)
+            chat.check_ready(state, spec)
+            chat.split_input(body.messages)  # 400 before any byte is streamed
+            pieces = chat.stateless_pieces(state, spec, agent.name, body)
+        if body.stream:
+            return await _sse(chat.chunks(agent.name, pieces, include_usage))
+        final = chat.Piece()
+        async for piece in pieces:
+            final = piece if piece.final else final
+        return chat.completion(agent.name, final.answer, final.usage, final.finish_reason)
+    handle = state.models.get(body.model)
+    if handle is None:
+        raise NotFound(f"model {body.model!r} not found", param="model", code="model_not_found")
+    if not handle.ready:
+        raise Unavailable(f"model {body.model!r} is not ready", code="model_not_ready")
+    request = body.model_dump(exclude_none=True)
+    if body.stream:
+        return await _sse(handle.raw.stream(request))
+    return JSONResponse(await handle.raw.complete(request))
+
+
+async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    """``data:`` lines then ``[DONE]``; errors before the first chunk are HTTP errors."""
+    try:
+        first = await anext(chunks)
+    except StopAsyncIteration:
+        first = None
+
+    async def body() -> AsyncIterator[str]:
+        try:
+            if first is not None:
+                yield _data(first)
+            async for chunk in chunks:
+                yield _data(chunk)
+        except Exception as exc:  # headers are sent: report in-stream
+            yield _data({"error": _error(exc)})
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(
+        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )
+
+
+def _data(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+def _error(exc: Exception) -> dict[str, Any]:
+    if isinstance(exc, AppError):
+        return exc.body()["error"]
+    if isinstance(exc, EngineError):
+        return {"message": exc.message, "type": "server_error", "param": None, "code": exc.code}
+    log.exception("chat completion stream failed", exc_info=exc)
+    return {
+        "message": str(exc) or type(exc).__name__,
+        "type": "server_error",
+        "param": None,
+        "code": "internal_error",
+    }

@@ -1,0 +1,48 @@
+"""/v1/runs: read, cancel and follow runs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header
+
+from app.api.sse import parse_after, run_event_response
+from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
+from app.runtime.runs import run_public
+from app.schemas.sessions import RunPublic
+from app.services import runs as service
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+
+
+@router.get("/{run_id}")
+async def get_run(run_id: str, db: DbDep, who: PrincipalDep) -> RunPublic:
+    """One run."""
+    return RunPublic.model_validate(run_public(await service.get_run(db, who.tenant_id, run_id)))
+
+
+@router.post("/{run_id}/cancel")
+async def cancel_run(run_id: str, who: PrincipalDep, runs: RunsDep, state: StateDep) -> RunPublic:
+    """Cancel the run (a finished run is returned as it is)."""
+    async with state.sessionmaker() as db:
+        await service.get_run(db, who.tenant_id, run_id)
+    await runs.cancel(run_id, "cancelled")
+    async with state.sessionmaker() as db:
+        run = await service.get_run(db, who.tenant_id, run_id)
+    return RunPublic.model_validate(run_public(run))
+
+
+@router.get("/{run_id}/events", response_model=None)
+async def run_events(
+    run_id: str,
+    who: PrincipalDep,
+    runs: RunsDep,
+    state: StateDep,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    after: str | None = None,
+) -> Any:
+    """The run's events as SSE: stored ones after Last-Event-ID (or ?after=), then live ones."""
+    async with state.sessionmaker() as db:
+        await service.get_run(db, who.tenant_id, run_id)
+    start = parse_after(last_event_id, int(after) if after and after.isdigit() else None)
+    return run_event_response(runs, run_id, start, state.settings)

@@ -1,0 +1,159 @@
+"""/v1/sessions: sessions, their memory and their messages (runs)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Request, Response
+
+from app.api.sse import run_event_response
+from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
+from app.errors import SessionBusy
+from app.runtime.runs import RunManager, run_public
+from app.schemas.sessions import (
+    RunCreate,
+    RunList,
+    RunPublic,
+    RunResult,
+    SessionCreate,
+    SessionList,
+    SessionPublic,
+)
+from app.services import runs as run_service
+from app.services import sessions as service
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)]
+
+
+@router.post("", status_code=201)
+async def create_session(body: SessionCreate, db: DbDep, who: PrincipalDep) -> SessionPublic:
+    """Start a session with an agent."""
+    row, agent = await service.create_session(db, who.tenant_id, body)
+    return service.to_public(row, agent.name)
+
+
+@router.get("")
+async def list_sessions(
+    db: DbDep,
+    who: PrincipalDep,
+    agent: str | None = None,
+    limit: int = 20,
+    after: str | None = None,
+) -> SessionList:
+    """The tenant's sessions, newest first."""
+    rows, more = await service.list_sessions(db, who.tenant_id, agent, limit, after)
+    return SessionList(data=[service.to_public(r, name) for r, name in rows], has_more=more)
+
+
+@router.get("/{session_id}")
+async def get_session(session_id: str, db: DbDep, who: PrincipalDep) -> SessionPublic:
+    """One session."""
+    row, agent = await service.get_session(db, who.tenant_id, session_id)
+    return service.to_public(row, agent.name)
+
+
+@router.delete("/{session_id}", status_code=204)
+async def delete_session(
+    session_id: str, db: DbDep, who: PrincipalDep, runs: RunsDep, state: StateDep
+) -> Response:
+    """Delete the session, its memory, its runs and its kernel."""
+    row, _ = await service.get_session(db, who.tenant_id, session_id)
+    if (active := await service.active_run(db, row.pk)) is not None:
+        await runs.cancel(active, "cancelled")
+    await db.delete(row)
+    await db.flush()
+    await _shutdown_kernel(state, f"{who.tenant_id}:{session_id}")
+    return Response(status_code=204)
+
+
+@router.get("/{session_id}/memory")
+async def get_memory(session_id: str, db: DbDep, who: PrincipalDep) -> dict[str, Any]:
+    """The agent's state_dict for this session."""
+    row, _ = await service.get_session(db, who.tenant_id, session_id)
+    return await service.get_memory(db, row)
+
+
+@router.put("/{session_id}/memory")
+async def put_memory(
+    session_id: str, db: DbDep, who: PrincipalDep, state: Annotated[dict[str, Any], Body()]
+) -> dict[str, Any]:
+    """Replace the session's state_dict (load_state_dict)."""
+    row, _ = await service.get_session(db, who.tenant_id, session_id)
+    if await service.active_run(db, row.pk) is not None:
+        raise SessionBusy(session_id)
+    return await service.replace_memory(db, row, state)
+
+
+@router.post("/{session_id}/reset")
+async def reset_session(
+    session_id: str, db: DbDep, who: PrincipalDep, state: StateDep
+) -> SessionPublic:
+    """Forget the session's memory and restart its kernel."""
+    row, agent = await service.get_session(db, who.tenant_id, session_id)
+    if await service.active_run(db, row.pk) is not None:
+        raise SessionBusy(session_id)
+    await service.reset_memory(db, row)
+    await _shutdown_kernel(state, f"{who.tenant_id}:{session_id}")
+    return service.to_public(row, agent.name)
+
+
+@router.get("/{session_id}/runs")
+async def list_runs(
+    session_id: str, db: DbDep, who: PrincipalDep, limit: int = 20, after: str | None = None
+) -> RunList:
+    """The session's runs, newest first."""
+    rows, more = await run_service.list_runs(db, who.tenant_id, session_id, limit, after)
+    return RunList(data=[RunPublic.model_validate(run_public(r)) for r in rows], has_more=more)
+
+
+@router.post("/{session_id}/messages", response_model=None)
+async def post_message(
+    session_id: str,
+    body: RunCreate,
+    request: Request,
+    who: PrincipalDep,
+    state: StateDep,
+    runs: RunsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """Send a message: one run; JSON when it ends, or its events as SSE."""
+    sub = await run_service.prepare_submission(
+        state, who.tenant_id, session_id, body, idempotency_key
+    )
+    run, _ = await runs.submit(sub)
+    if body.stream:
+        on_drop = None
+        if body.on_disconnect == "cancel":
+
+            def on_drop() -> None:
+                runs.cancel_soon(run.id, "client_disconnected")
+
+        return run_event_response(
+            runs, run.id, 0, state.settings, on_drop, {"Content-Location": f"/v1/runs/{run.id}"}
+        )
+    await _wait_or_cancel(runs, run.id, request, body.on_disconnect == "cancel")
+    async with state.sessionmaker() as db:
+        final = await run_service.get_run(db, who.tenant_id, run.id)
+    return RunResult(run=RunPublic.model_validate(run_public(final)), message=final.output)
+
+
+async def _wait_or_cancel(runs: RunManager, run_id: str, request: Request, cancel: bool) -> None:
+    waiter = asyncio.ensure_future(runs.wait(run_id))
+    try:
+        while not waiter.done():
+            await asyncio.wait({waiter}, timeout=0.5)
+            if not waiter.done() and await request.is_disconnected():
+                if cancel:
+                    runs.cancel_soon(run_id, "client_disconnected")
+                return
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+
+
+async def _shutdown_kernel(state: Any, session_key: str) -> None:
+    pool = state.kernel_pool
+    if pool is not None:
+        await pool.shutdown_session(session_key)

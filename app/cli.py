@@ -1,0 +1,124 @@
+"""``agentstation serve | migrate | keys create --tenant T | demo-model PATH``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.settings import ModelConfig, Settings
+
+log = logging.getLogger("agentstation")
+DEMO_MODEL_DIR = Path("demo-model")
+
+
+def _migrate(settings: Settings) -> None:
+    from app.db.migrate import upgrade
+
+    upgrade(settings.database_url)
+
+
+def default_models(settings: Settings) -> Settings:
+    """Without MODELS: the demo model on vLLM when installed, else a scripted echo model."""
+    if settings.models:
+        return settings
+    if importlib.util.find_spec("vllm") is not None:
+        from app.demo_model import build_demo_model
+
+        if not (DEMO_MODEL_DIR / "config.json").exists():
+            build_demo_model(DEMO_MODEL_DIR)
+        model = ModelConfig(name="demo", backend="vllm", path=str(DEMO_MODEL_DIR.resolve()))
+    else:
+        model = ModelConfig(name="demo", backend="scripted")
+    print(f"no AGENTSTATION_MODELS: serving model 'demo' ({model.backend})", file=sys.stderr)
+    return settings.model_copy(update={"models": [model]})
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the service with uvicorn (SQLite databases are migrated first)."""
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = Settings()
+    updates = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    settings = default_models(settings.model_copy(update=updates))
+    if settings.is_sqlite:
+        _migrate(settings)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        proxy_headers=True,
+    )
+    return 0
+
+
+def migrate(_: argparse.Namespace) -> int:
+    """Apply every migration."""
+    _migrate(Settings())
+    print("database is at the latest revision", file=sys.stderr)
+    return 0
+
+
+async def _create_key(tenant: str) -> str:
+    from app.db.engine import create_engine, create_sessionmaker
+    from app.services.auth import create_key
+
+    settings = Settings()
+    engine = create_engine(settings.database_url)
+    try:
+        async with create_sessionmaker(engine)() as db, db.begin():
+            return await create_key(db, tenant)
+    finally:
+        await engine.dispose()
+
+
+def keys_create(args: argparse.Namespace) -> int:
+    """Print a new API key for a tenant (stored hashed)."""
+    settings = Settings()
+    if settings.is_sqlite:
+        _migrate(settings)
+    print(asyncio.run(_create_key(args.tenant)))
+    return 0
+
+
+def demo_model(args: argparse.Namespace) -> int:
+    """Build the small offline demo model (app.demo_model)."""
+    from app.demo_model import main as demo_main
+
+    return demo_main([args.path])
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    root = argparse.ArgumentParser(prog="agentstation", description=__doc__)
+    sub = root.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the service")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.set_defaults(func=serve)
+    sub.add_parser("migrate", help="apply database migrations").set_defaults(func=migrate)
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys", required=True)
+    create = keys.add_parser("create", help="create a key for a tenant")
+    create.add_argument("--tenant", required=True)
+    create.set_defaults(func=keys_create)
+    demo = sub.add_parser("demo-model", help="build the offline demo model")
+    demo.add_argument("path")
+    demo.set_defaults(func=demo_model)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agentstation`` script."""
+    args = parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

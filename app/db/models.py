@@ -1,0 +1,143 @@
+"""Tables: tenants, API keys, agents (versioned), sessions, messages, runs and run events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, UTCDateTime, utcnow
+
+# Autoincrement 64-bit ids that SQLite also accepts as its rowid alias.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+class Tenant(Base):
+    """An isolated owner of agents, sessions and runs."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiKey(Base):
+    """A tenant's API key, stored as a SHA-256 hash."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("tenants.id", ondelete="CASCADE"), index=True
+    )
+    key_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(sa.String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class Agent(Base):
+    """An agent definition; ``spec`` is the current version's, older ones in agent_versions."""
+
+    __tablename__ = "agents"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "name"),)
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(sa.String(128))
+    description: Mapped[str | None] = mapped_column(sa.Text(), nullable=True)
+    version: Mapped[int] = mapped_column(sa.Integer(), default=1)
+    spec: Mapped[dict[str, Any]] = mapped_column(sa.JSON())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class AgentVersion(Base):
+    """One immutable version of an agent's spec (sessions pin the version they started on)."""
+
+    __tablename__ = "agent_versions"
+
+    agent_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(sa.Integer(), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(sa.JSON())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Session(Base):
+    """A conversation with one agent; ``id`` is public and unique per tenant."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "id"),)
+
+    pk: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    id: Mapped[str] = mapped_column(sa.String(128))
+    agent_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("agents.id", ondelete="CASCADE"), index=True
+    )
+    agent_version: Mapped[int] = mapped_column(sa.Integer())
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", sa.JSON(), default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Message(Base):
+    """One stored AgentMessage of a session's state_dict: entry ``index`` of list ``key``."""
+
+    __tablename__ = "messages"
+    __table_args__ = (sa.UniqueConstraint("session_pk", "key", "index"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_pk: Mapped[str] = mapped_column(sa.ForeignKey("sessions.pk", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(sa.String(256))
+    index: Mapped[int] = mapped_column(sa.Integer())
+    data: Mapped[dict[str, Any]] = mapped_column(sa.JSON())
+    run_id: Mapped[str | None] = mapped_column(sa.String(64), nullable=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Run(Base):
+    """One user message processed by a session's agent."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "idempotency_key"),
+        sa.Index("ix_runs_session_pk_status", "session_pk", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    session_pk: Mapped[str] = mapped_column(sa.ForeignKey("sessions.pk", ondelete="CASCADE"))
+    session_id: Mapped[str] = mapped_column(sa.String(128))
+    agent: Mapped[str] = mapped_column(sa.String(128))
+    agent_version: Mapped[int] = mapped_column(sa.Integer())
+    status: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    stop_reason: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    input: Mapped[dict[str, Any]] = mapped_column(sa.JSON())
+    output: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(), nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(), nullable=True)
+    options: Mapped[dict[str, Any]] = mapped_column(sa.JSON(), default=dict)
+    prompt_tokens: Mapped[int] = mapped_column(sa.Integer(), default=0)
+    completion_tokens: Mapped[int] = mapped_column(sa.Integer(), default=0)
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(256), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class RunEvent(Base):
+    """One event of a run's durable log; ``seq`` counts from 1 per run."""
+
+    __tablename__ = "run_events"
+    __table_args__ = (sa.UniqueConstraint("run_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(sa.Integer())
+    type: Mapped[str] = mapped_column(sa.String(32))
+    data: Mapped[dict[str, Any]] = mapped_column(sa.JSON())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

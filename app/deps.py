@@ -1,0 +1,61 @@
+"""Dependencies, declared once as ``Annotated`` aliases."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.runtime.runs import RunManager
+from app.services.auth import Principal
+from app.settings import Settings
+from app.state import AppState
+
+
+def get_state(request: Request) -> AppState:
+    """The process resources."""
+    state: AppState = request.app.state.agentstation
+    return state
+
+
+StateDep = Annotated[AppState, Depends(get_state)]
+
+
+def get_settings_dep(state: StateDep) -> Settings:
+    """The app's settings."""
+    return state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+async def get_db(state: StateDep) -> AsyncIterator[AsyncSession]:
+    """One transaction per request, committed before the response is sent."""
+    async with state.sessionmaker() as db, db.begin():
+        yield db
+
+
+DbDep = Annotated[AsyncSession, Depends(get_db, scope="function")]
+
+
+async def get_principal(
+    state: StateDep, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
+    """The caller's tenant (401 without a valid key, unless anonymous access is on)."""
+    async with state.sessionmaker() as db:
+        principal = await state.auth.authenticate(db, authorization)
+    request_state = principal
+    return request_state
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def get_runs(state: StateDep) -> RunManager:
+    """The run manager."""
+    return state.run_manager
+
+
+RunsDep = Annotated[RunManager, Depends(get_runs)]

@@ -1,0 +1,195 @@
+"""The error tree services raise, and the one handler that renders the OpenAI error envelope."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from app.engines.base import EngineError
+
+log = logging.getLogger(__name__)
+
+
+class AppError(Exception):
+    """Base of every error a client sees; subclasses fix the status and type."""
+
+    status = 500
+    type = "server_error"
+    code = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI error envelope."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class BadRequest(AppError):
+    """400: malformed input."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class ValidationFailed(AppError):
+    """422: well-formed input naming something that does not exist or a bad value."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "invalid_value"
+
+
+class Unauthorized(AppError):
+    """401: no key or an invalid key."""
+
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class NotFound(AppError):
+    """404: unknown object (or another tenant's)."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class Conflict(AppError):
+    """409: the object exists or is busy."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class SessionBusy(Conflict):
+    """409: the session is running another message and the strategy is ``reject``."""
+
+    code = "session_busy"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} is busy with another run",
+            headers={"x-should-retry": "false"},
+        )
+
+
+class PayloadTooLarge(AppError):
+    """413: body over MAX_BODY_BYTES."""
+
+    status = 413
+    type = "invalid_request_error"
+    code = "payload_too_large"
+
+
+class Unavailable(AppError):
+    """503: the engine is not ready or overloaded."""
+
+    status = 503
+    type = "server_error"
+    code = "engine_unavailable"
+
+
+def _loc_to_param(loc: Sequence[int | str]) -> str | None:
+    """``("body", "spec", "tools", 0, "name")`` -> ``spec.tools[0].name``."""
+    parts = list(loc)
+    if parts and parts[0] in {"body", "query", "path", "header", "cookie"}:
+        parts = parts[1:]
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not out:
+            out = str(part)
+        else:
+            out += f".{part}"
+    return out or None
+
+
+def validation_error(exc: RequestValidationError) -> AppError:
+    """The first validation error as a 422 (or 400 for unparsable JSON) naming the field."""
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": "invalid"}
+    param = _loc_to_param(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        return BadRequest(f"invalid JSON body: {first.get('msg')}", code="invalid_json")
+    message = str(first.get("msg", "invalid value"))
+    if param:
+        message = f"{param}: {message}"
+    code = "missing_field" if first.get("type") == "missing" else "invalid_value"
+    return ValidationFailed(message, param=param, code=code)
+
+
+def error_response(error: AppError) -> JSONResponse:
+    """Render ``error`` as a JSON response."""
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the one renderer for every error the app can raise."""
+
+    async def app_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, AppError)
+        return error_response(exc)
+
+    async def request_invalid(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        err = validation_error(exc)
+        if request.url.path.endswith("/chat/completions"):
+            err.status = 400  # what OpenAI answers (the SDK raises BadRequestError)
+        return error_response(err)
+
+    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        cls: type[AppError] = {401: Unauthorized, 404: NotFound, 413: PayloadTooLarge}.get(
+            exc.status_code, BadRequest
+        )
+        err = cls(str(exc.detail), headers=dict(exc.headers or {}))
+        err.status = exc.status_code
+        if exc.status_code == 405:
+            err.code = "method_not_allowed"
+        return error_response(err)
+
+    async def engine_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, EngineError)
+        err = Unavailable(exc.message, code=exc.code)
+        err.status = exc.status
+        return error_response(err)
+
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(AppError("internal server error"))
+
+    app.add_exception_handler(AppError, app_error)
+    app.add_exception_handler(RequestValidationError, request_invalid)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(EngineError, engine_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,135 @@
+"""The application factory: ``create_app(settings)``; the lifespan owns every resource."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from app.api import agents, health, openai, runs, sessions
+from app.db.engine import create_engine, create_sessionmaker
+from app.errors import install_error_handlers
+from app.middleware import BodyLimitMiddleware
+from app.models.registry import ModelRegistry
+from app.runtime.registry import default_registry
+from app.runtime.runs import RunManager
+from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
+from app.settings import Settings, get_settings
+from app.state import AppState
+
+log = logging.getLogger("agentstation")
+
+
+def allow_anonymous(settings: Settings) -> bool:
+    """Anonymous access only without static keys and only on loopback."""
+    return not settings.api_keys and settings.is_loopback
+
+
+async def _start_sandbox(state: AppState) -> None:
+    if not state.settings.sandbox_enabled:
+        return
+    try:
+        from agents.sandbox import KernelPool, SandboxConfig
+
+        pool = KernelPool(SandboxConfig.from_env())
+        state.kernel_pool = pool
+        level = await pool.start()
+        log.info("sandbox isolation level %s", level)
+    except Exception as exc:  # the service still serves agents without tools
+        log.exception("sandbox unavailable")
+        state.extras["sandbox_error"] = str(exc)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Build the db engine, models, registry, kernel pool and run manager; close them after."""
+    settings: Settings = app.state.settings
+    engine = create_engine(settings.database_url)
+    sessionmaker = create_sessionmaker(engine)
+    anonymous = allow_anonymous(settings)
+    state = AppState(
+        settings=settings,
+        engine=engine,
+        sessionmaker=sessionmaker,
+        models=ModelRegistry(settings.models),
+        registry=default_registry(),
+        auth=Authenticator(settings.api_keys, anonymous),
+    )
+    async with sessionmaker() as db, db.begin():
+        for tenant in {t for t, _ in settings.api_keys} | (
+            {ANONYMOUS_TENANT} if anonymous else set()
+        ):
+            await ensure_tenant(db, tenant)
+    if anonymous:
+        log.warning(
+            "no API keys configured: accepting anonymous requests on %s (loopback)", settings.host
+        )
+    await state.models.start()
+    sandbox = asyncio.create_task(_start_sandbox(state))
+    state.runs = RunManager(
+        engine, sessionmaker, state.build_agent, settings.event_flush_s, settings.cancel_timeout_s
+    )
+    recovered = await state.runs.recover()
+    if recovered:
+        log.warning("marked %d runs left by a stopped process as interrupted", recovered)
+    app.state.agentstation = state
+    extra: list[Any] = [hook(state) for hook in app.state.startup_hooks]
+    try:
+        yield
+    finally:
+        for closer in extra:
+            if closer is not None:
+                await closer()
+        await state.runs.aclose()
+        sandbox.cancel()
+        with contextlib.suppress(BaseException):
+            await sandbox
+        if state.kernel_pool is not None:
+            await state.kernel_pool.aclose()
+        await state.models.close()
+        await engine.dispose()
+
+
+def _install_ops(app: FastAPI, settings: Settings) -> None:
+    """Metrics (/metrics), request ids, logs, rate limits and retention from app.ops."""
+    from app.ops.wiring import install_ops, start_retention
+
+    install_ops(app, settings)
+
+    def retention(state: AppState) -> Any:
+        async def on_deleted(tenant_id: str, session_id: str) -> None:
+            if state.kernel_pool is not None:
+                await state.kernel_pool.shutdown_session(f"{tenant_id}:{session_id}")
+
+        sweeper = start_retention(settings, state.sessionmaker, on_deleted)
+        return sweeper.aclose
+
+    app.state.startup_hooks.append(retention)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A new application; nothing is connected until the lifespan starts."""
+    settings = settings or get_settings()
+    app = FastAPI(title="AgentStation", version=health.VERSION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.startup_hooks = []
+    install_error_handlers(app)
+    for router in (agents.router, sessions.router, runs.router, openai.router, health.router):
+        app.include_router(router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Content-Location", "x-request-id"],
+        )
+    _install_ops(app, settings)
+    return app

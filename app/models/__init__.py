@@ -1,0 +1,1 @@
+"""Configured models: handles built from ``MODELS`` (scripted, openai, vllm)."""

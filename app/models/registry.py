@@ -1,0 +1,111 @@
+"""Builds, starts and looks up the configured models."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from app.engines.base import ModelHandle
+from app.models.raw import LLMRawBackend
+from app.models.scripted import ScriptedModelLLM
+from app.settings import ModelConfig
+
+log = logging.getLogger(__name__)
+
+
+def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
+    """A scripted model (``replies``, ``chunk_delay_s``, optional ``gen_params``)."""
+    llm = ScriptedModelLLM(
+        replies=[str(r) for r in config.get("replies") or []],
+        chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
+        **config.get("gen_params", {}),
+    )
+    return ModelHandle(config["name"], "scripted", llm, LLMRawBackend(llm, config["name"]))
+
+
+def create_handle(config: ModelConfig) -> ModelHandle:
+    """The handle for one ``MODELS`` entry; vLLM is imported only when configured."""
+    options = config.options()
+    if config.backend == "scripted":
+        return create_scripted_handle(options)
+    if config.backend == "openai":
+        from app.models.openai_backend import create_openai_handle
+
+        return create_openai_handle(options)
+    from app.engines.vllm import create_handle as create_vllm_handle  # ENGINE's module
+
+    handle: ModelHandle = create_vllm_handle(options)
+    return handle
+
+
+class ModelRegistry:
+    """Every configured model by name; engines load in the background after start-up."""
+
+    def __init__(self, configs: list[ModelConfig]) -> None:
+        self.configs = {c.name: c for c in configs}
+        self.handles: dict[str, ModelHandle] = {}
+        self.errors: dict[str, str] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def names(self) -> list[str]:
+        """Configured model names."""
+        return list(self.configs)
+
+    def get(self, name: str) -> ModelHandle | None:
+        """The handle of ``name`` (ready or not), or None."""
+        return self.handles.get(name)
+
+    async def start(self) -> None:
+        """Build every handle and start loading; scripted/openai are ready at once."""
+        for name, config in self.configs.items():
+            try:
+                handle = create_handle(config)
+            except Exception as exc:  # a bad model must not take the service down
+                log.exception("model %s could not be built", name)
+                self.errors[name] = str(exc)
+                continue
+            self.handles[name] = handle
+            if handle.backend == "vllm":  # engines load in the background; /readyz tells
+                self._tasks.append(asyncio.create_task(self._start(handle)))
+            else:
+                await self._start(handle)
+
+    async def _start(self, handle: ModelHandle) -> None:
+        try:
+            await handle.start()
+        except Exception as exc:
+            log.exception("model %s failed to start", handle.name)
+            self.errors[handle.name] = str(exc)
+
+    async def wait_ready(self) -> None:
+        """Wait until every model finished loading (or failed)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop loading and release every engine."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        for handle in self.handles.values():
+            try:
+                await handle.close()
+            except Exception:
+                log.exception("model %s failed to close", handle.name)
+
+    def status(self) -> dict[str, str]:
+        """``name -> ready | loading | failed`` for /readyz."""
+        out: dict[str, str] = {}
+        for name in self.configs:
+            handle = self.handles.get(name)
+            if name in self.errors:
+                out[name] = "failed"
+            elif handle is not None and handle.ready:
+                out[name] = "ready"
+            else:
+                out[name] = "loading"
+        return out

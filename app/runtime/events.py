@@ -1,0 +1,152 @@
+"""A run's event log: sequence numbers from 1, coalesced deltas, live followers, durable rows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.models import RunEvent
+
+log = logging.getLogger(__name__)
+
+TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled", "error"})
+
+
+@dataclass
+class Event:
+    """One event of a run's stream."""
+
+    seq: int
+    type: str
+    data: dict[str, Any]
+
+
+class RunChannel:
+    """Events of one live run: kept in memory for followers, written to the database in batches."""
+
+    def __init__(
+        self, run_id: str, sessionmaker: async_sessionmaker[AsyncSession], flush_s: float
+    ) -> None:
+        self.run_id = run_id
+        self.events: list[Event] = []
+        self.done = False
+        self._sessionmaker = sessionmaker
+        self._flush_s = flush_s
+        self._changed = asyncio.Condition()
+        self._pending: dict[str, Any] | None = None  # a message.delta being coalesced
+        self._unsaved: list[Event] = []
+        self._last_publish = 0.0
+        self._write_lock = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
+
+    def seed(self, type_: str, data: dict[str, Any]) -> None:
+        """Add the first event before anyone follows (``run.created``)."""
+        event = Event(len(self.events) + 1, type_, data)
+        self.events.append(event)
+        self._unsaved.append(event)
+
+    def start(self) -> None:
+        """Start the periodic flusher (at most ``flush_s`` between a delta and its storage)."""
+        self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._flush_s)
+            await self._publish_pending()
+            try:
+                await self.save()
+            except Exception:  # keep streaming; the final save retries and reports
+                log.exception("run %s: saving events failed", self.run_id)
+
+    async def _append(self, type_: str, data: dict[str, Any]) -> Event:
+        event = Event(len(self.events) + 1, type_, data)
+        self.events.append(event)
+        self._unsaved.append(event)
+        async with self._changed:
+            self._changed.notify_all()
+        return event
+
+    async def _publish_pending(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._last_publish = time.monotonic()
+            await self._append("message.delta", pending)
+
+    async def delta(self, index: int, sender: str, text: Any, stream_state: int) -> None:
+        """Add a content delta; consecutive deltas of one message are merged between flushes."""
+        pending = self._pending
+        if (
+            pending is not None
+            and pending["index"] == index
+            and isinstance(pending["delta"], str)
+            and isinstance(text, str)
+        ):
+            pending["delta"] += text
+            pending["stream_state"] = stream_state
+        else:
+            await self._publish_pending()
+            self._pending = {
+                "index": index,
+                "sender": sender,
+                "delta": text,
+                "stream_state": stream_state,
+            }
+        # The first delta after a quiet period goes out at once (time to first token).
+        if time.monotonic() - self._last_publish >= self._flush_s:
+            await self._publish_pending()
+
+    async def emit(self, type_: str, data: dict[str, Any], durable: bool = False) -> Event:
+        """Append a whole event (after any pending delta); ``durable`` waits for storage."""
+        await self._publish_pending()
+        event = await self._append(type_, data)
+        if durable:
+            await self.save()
+        return event
+
+    async def save(self) -> None:
+        """Write unsaved events in one transaction."""
+        async with self._write_lock:
+            if not self._unsaved:
+                return
+            batch, self._unsaved = self._unsaved, []
+            try:
+                async with self._sessionmaker() as db, db.begin():
+                    db.add_all(
+                        RunEvent(run_id=self.run_id, seq=e.seq, type=e.type, data=e.data)
+                        for e in batch
+                    )
+            except BaseException:
+                self._unsaved = batch + self._unsaved
+                raise
+
+    async def close(self) -> None:
+        """Stop the flusher, store everything and wake followers for the last time."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        await self._publish_pending()
+        await self.save()
+        self.done = True
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def follow(self, after: int = 0) -> AsyncIterator[Event]:
+        """Events with ``seq > after``, live until the run ends."""
+        position = max(after, 0)
+        while True:
+            while position < len(self.events):
+                position += 1
+                yield self.events[position - 1]
+            if self.done:
+                return
+            async with self._changed:
+                if position >= len(self.events) and not self.done:
+                    await self._changed.wait()

@@ -1,0 +1,143 @@
+"""The body of a run's task: wait for the session, run the turn, persist, report."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from agents.schema import AgentMessage
+from app.db.base import utcnow
+from app.db.models import Run
+from app.engines.base import EngineError
+from app.runtime.events import RunChannel
+from app.runtime.messages import dump_message, load_message
+from app.runtime.runner import TurnResult, load_state, run_turn, save_new_messages
+from app.schemas.agents import AgentSpec
+
+if TYPE_CHECKING:
+    from app.runtime.runs import RunManager
+
+log = logging.getLogger(__name__)
+
+# cancel mode -> (final status, whether completed messages are kept)
+CANCEL_MODES: dict[str, tuple[str, bool]] = {
+    "cancelled": ("cancelled", False),
+    "client_disconnected": ("cancelled", False),
+    "rollback": ("cancelled", False),
+    "interrupt": ("interrupted", True),
+    "shutdown": ("interrupted", False),
+}
+
+
+@dataclass
+class Job:
+    """A run owned by this process."""
+
+    run_id: str
+    tenant_id: str
+    session_pk: str
+    session_id: str
+    spec: AgentSpec
+    message: AgentMessage
+    gen_params: dict[str, Any]
+    channel: RunChannel
+    task: asyncio.Task[None] | None = None
+    cancel_mode: str | None = None
+    finishing: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def session_key(self) -> str:
+        """The session id agents and kernels see: ``<tenant>:<session>``."""
+        return f"{self.tenant_id}:{self.session_id}"
+
+
+async def execute(manager: RunManager, job: Job) -> None:
+    """Run ``job`` to a final status; never raises."""
+    result = TurnResult()
+    before: dict[str, list[dict[str, Any]]] = {}
+    agent: Any = None
+    try:
+        async with manager.locks.running(job.session_pk):
+            if job.cancel_mode is not None:
+                raise asyncio.CancelledError  # cancelled while queued
+            await _set(manager, job.run_id, status="running", started_at=utcnow())
+            async with manager.sessionmaker() as db:
+                before = await load_state(db, job.session_pk)
+            agent = manager.build_agent(job.spec)
+            if before:
+                agent.load_state_dict(before, session_id=job.session_key)
+            await run_turn(agent, job.message, job.session_key, job.gen_params, job.channel, result)
+            job.finishing = True
+            await _finish(
+                manager, job, "completed", "end", result, before, agent.state_dict(job.session_key)
+            )
+    except asyncio.CancelledError:
+        mode = job.cancel_mode or "shutdown"
+        status, keep = CANCEL_MODES.get(mode, ("cancelled", False))
+        after = agent.state_dict(job.session_key) if keep and agent is not None else None
+        await _guard(_finish(manager, job, status, mode, result, before, after))
+    except Exception as exc:
+        log.exception("run %s failed", job.run_id)
+        error = {"message": str(exc) or type(exc).__name__, "type": type(exc).__name__}
+        if isinstance(exc, EngineError):
+            error["code"] = exc.code
+        await _guard(_finish(manager, job, "failed", "error", result, before, None, error))
+    finally:
+        await _guard(job.channel.close())
+        job.done.set()
+        manager.forget(job)
+
+
+async def _guard(coro: Any) -> None:
+    try:
+        await coro
+    except Exception:
+        log.exception("finishing a run failed")
+
+
+async def _set(manager: RunManager, run_id: str, **values: Any) -> None:
+    async with manager.sessionmaker() as db, db.begin():
+        await db.execute(sa.update(Run).where(Run.id == run_id).values(**values))
+
+
+async def _finish(
+    manager: RunManager,
+    job: Job,
+    status: str,
+    stop_reason: str,
+    result: TurnResult,
+    before: dict[str, list[dict[str, Any]]],
+    after: dict[str, Any] | None,
+    error: dict[str, Any] | None = None,
+) -> None:
+    """Store the new messages and the final status in one transaction, then announce it."""
+    output = dump_message(result.final) if result.final is not None else None
+    async with manager.sessionmaker() as db, db.begin():
+        if after is not None:
+            await save_new_messages(db, job.session_pk, job.run_id, before, after)
+        run = await db.get(Run, job.run_id)
+        assert run is not None
+        run.status, run.stop_reason, run.output, run.error = status, stop_reason, output, error
+        run.prompt_tokens = result.usage.prompt_tokens
+        run.completion_tokens = result.usage.completion_tokens
+        run.finished_at = utcnow()
+    public = manager.public(run)
+    if status == "completed":
+        await job.channel.emit("run.completed", {"run": public}, durable=True)
+    elif status == "failed":
+        await job.channel.emit("run.failed", {"run": public, "error": error}, durable=True)
+    else:
+        await job.channel.emit("run.cancelled", {"run": public}, durable=True)
+
+
+def input_message(raw: Any) -> AgentMessage:
+    """The run's input as an AgentMessage (strings come from ``user``)."""
+    if isinstance(raw, dict):
+        raw = {k: v for k, v in raw.items() if v is not None}
+        raw.pop("stream_state", None)
+    return load_message(raw)

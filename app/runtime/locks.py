@@ -1,0 +1,82 @@
+"""One writer per session: a process-local FIFO lock plus a PostgreSQL advisory lock (replicas)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit key for ``pg_advisory_lock``."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+class SessionLocks:
+    """Serialises runs (and run admission) per session."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.postgres = engine.dialect.name == "postgresql"
+        self._run: dict[str, asyncio.Lock] = {}
+        self._admit: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, table: dict[str, asyncio.Lock], key: str) -> asyncio.Lock:
+        lock = table.get(key)
+        if lock is None:
+            lock = table[key] = asyncio.Lock()
+        return lock
+
+    @asynccontextmanager
+    async def admission(self, key: str) -> AsyncIterator[None]:
+        """Held while checking whether a session is busy and creating a run (in this process)."""
+        async with self._lock(self._admit, key):
+            yield
+
+    @asynccontextmanager
+    async def running(self, key: str) -> AsyncIterator[None]:
+        """Held for a whole run: waits (FIFO in this process) for earlier runs of the session."""
+        lock = self._lock(self._run, key)
+        async with lock:
+            if not self.postgres:
+                yield
+                return
+            async with self.engine.connect() as conn:
+                await conn.execute(sa.select(sa.func.pg_advisory_lock(advisory_key(key))))
+                try:
+                    yield
+                finally:
+                    await _unlock(conn, key)
+
+    def locally_busy(self, key: str) -> bool:
+        """True when a run of the session holds the lock in this process."""
+        lock = self._run.get(key)
+        return lock is not None and lock.locked()
+
+    async def held_elsewhere(self, key: str) -> bool:
+        """On PostgreSQL: True when another connection (another replica) holds the session."""
+        if not self.postgres:
+            return False
+        async with self.engine.connect() as conn:
+            got = await conn.scalar(sa.select(sa.func.pg_try_advisory_lock(advisory_key(key))))
+            if got:
+                await _unlock(conn, key)
+            return not got
+
+
+async def _unlock(conn: AsyncConnection, key: str) -> None:
+    await conn.execute(sa.select(sa.func.pg_advisory_unlock(advisory_key(key))))
+    await conn.commit()
+
+
+async def lock_for_transaction(db: object, key: str) -> None:
+    """On PostgreSQL, hold the session's admission lock until the transaction ends."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    assert isinstance(db, AsyncSession)
+    if db.bind.dialect.name == "postgresql":
+        await db.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key("admit:" + key))))

@@ -1,0 +1,59 @@
+"""AgentMessage <-> JSON (what rows, events and responses hold)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from pydantic import BaseModel
+
+from agents.schema import ActionReturn, AgentMessage, AgentStatusCode
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON types (enums as ints, dataclasses and models as dicts)."""
+    if isinstance(value, ActionReturn):
+        return value.to_dict()
+    if isinstance(value, BaseModel):
+        return jsonable(value.model_dump())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def dump_message(message: AgentMessage) -> dict[str, Any]:
+    """A JSON-ready AgentMessage dump (the stored and served form)."""
+    data: dict[str, Any] = jsonable(message)
+    return data
+
+
+def load_message(data: dict[str, Any] | str | AgentMessage) -> AgentMessage:
+    """An AgentMessage from a dump (or a user string)."""
+    if isinstance(data, AgentMessage):
+        return data
+    if isinstance(data, str):
+        return AgentMessage(sender="user", content=data)
+    fields = {k: v for k, v in data.items() if k in AgentMessage.model_fields}
+    state = fields.get("stream_state")
+    fields["stream_state"] = AgentStatusCode(state) if state is not None else AgentStatusCode.END
+    return AgentMessage(**fields)
+
+
+def dump_state(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """A state_dict with every entry as a JSON-ready message dump."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key, items in state.items():
+        out[key] = [
+            dump_message(load_message(i)) if isinstance(i, AgentMessage | dict) else jsonable(i)
+            for i in items or []
+        ]
+    return out

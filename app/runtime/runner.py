@@ -1,0 +1,170 @@
+"""One turn of an agent: build it, load its memory, stream it, and persist only what is new."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents.llms.base import Usage, usage_scope
+from agents.schema import AgentMessage, AgentStatusCode
+from app.db.models import Message
+from app.runtime.events import RunChannel
+from app.runtime.messages import dump_message, jsonable, load_message
+from app.runtime.registry import ServableAgent
+
+# Chunks in these states are a message still being written; any other state completes one.
+GENERATING = frozenset({AgentStatusCode.STREAM_ING})
+
+
+async def load_state(db: AsyncSession, session_pk: str) -> dict[str, list[dict[str, Any]]]:
+    """The stored state_dict of a session (entries oldest first)."""
+    rows = await db.execute(
+        sa.select(Message.key, Message.data)
+        .where(Message.session_pk == session_pk)
+        .order_by(Message.key, Message.index)
+    )
+    state: dict[str, list[dict[str, Any]]] = {}
+    for key, data in rows:
+        state.setdefault(key, []).append(data)
+    return state
+
+
+def new_rows(
+    session_pk: str,
+    run_id: str | None,
+    before: dict[str, list[dict[str, Any]]],
+    after: dict[str, Any],
+) -> tuple[list[Message], list[str]]:
+    """Rows to append (entries past the stored length) and keys whose history shrank."""
+    rows: list[Message] = []
+    rewrite: list[str] = []
+    for key, items in after.items():
+        items = list(items or [])
+        start = len(before.get(key, []))
+        if len(items) < start:  # memory was cut: rewrite that key (rare)
+            rewrite.append(key)
+            start = 0
+        for index in range(start, len(items)):
+            item = items[index]
+            data = (
+                dump_message(load_message(item))
+                if isinstance(item, AgentMessage | dict)
+                else jsonable(item)
+            )
+            rows.append(
+                Message(session_pk=session_pk, key=key, index=index, data=data, run_id=run_id)
+            )
+    return rows, rewrite
+
+
+async def save_new_messages(
+    db: AsyncSession,
+    session_pk: str,
+    run_id: str | None,
+    before: dict[str, list[dict[str, Any]]],
+    after: dict[str, Any],
+) -> int:
+    """Append the new entries of ``after`` in the caller's transaction; returns how many."""
+    rows, rewrite = new_rows(session_pk, run_id, before, after)
+    if rewrite:
+        await db.execute(
+            sa.delete(Message).where(Message.session_pk == session_pk, Message.key.in_(rewrite))
+        )
+    db.add_all(rows)
+    await db.flush()
+    return len(rows)
+
+
+@dataclass
+class TurnResult:
+    """What a turn produced."""
+
+    final: AgentMessage | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+class _Segmenter:
+    """Turns an agent's chunk stream into message.delta and message events."""
+
+    def __init__(self, channel: RunChannel | None, result: TurnResult) -> None:
+        self.channel = channel
+        self.result = result
+        self.index = -1
+        self.open: AgentMessage | None = None
+        self.text: Any = None
+
+    async def feed(self, chunk: AgentMessage) -> None:
+        state = AgentStatusCode(int(chunk.stream_state))
+        continues = self.open is not None and self.open.sender == chunk.sender
+        if not continues:
+            await self.close()
+            self.index += 1
+            self.text = None
+        delta = self._delta(chunk.content)
+        self.open, self.text = chunk, chunk.content
+        if self.channel is not None and delta not in (None, ""):
+            await self.channel.delta(self.index, chunk.sender, delta, int(state))
+        if state not in GENERATING:
+            await self.close()
+
+    def _delta(self, content: Any) -> Any:
+        if (
+            isinstance(content, str)
+            and isinstance(self.text, str)
+            and content.startswith(self.text)
+        ):
+            return content[len(self.text) :]
+        if content == self.text:
+            return None
+        return jsonable(content)
+
+    async def close(self) -> None:
+        if self.open is None:
+            return
+        data = dump_message(self.open)
+        self.result.messages.append(data)
+        if self.channel is not None:
+            await self.channel.emit("message", {"index": self.index, "message": data}, durable=True)
+        self.open = None
+        self.text = None
+
+
+async def stream_turn(
+    agent: ServableAgent,
+    message: AgentMessage,
+    session_key: str,
+    gen_params: dict[str, Any],
+    channel: RunChannel | None = None,
+    result: TurnResult | None = None,
+) -> AsyncIterator[AgentMessage]:
+    """Run one turn, yielding chunks; ``channel`` (if any) receives the events."""
+    result = result if result is not None else TurnResult()
+    segmenter = _Segmenter(channel, result)
+    params = {**getattr(agent, "agentstation_gen_params", {}), **gen_params}
+    async for chunk in agent.stream(message, session_id=session_key, **params):
+        await segmenter.feed(chunk)
+        yield chunk
+    await segmenter.close()
+
+
+async def run_turn(
+    agent: ServableAgent,
+    message: AgentMessage,
+    session_key: str,
+    gen_params: dict[str, Any],
+    channel: RunChannel | None = None,
+    result: TurnResult | None = None,
+) -> TurnResult:
+    """Run one turn to its END message; ``result`` fills in as it goes (usage included)."""
+    result = result if result is not None else TurnResult()
+    with usage_scope() as usage:
+        result.usage = usage  # the live counter: a cancelled turn still reports its usage
+        async for chunk in stream_turn(agent, message, session_key, gen_params, channel, result):
+            if AgentStatusCode(int(chunk.stream_state)) == AgentStatusCode.END:
+                result.final = chunk
+    return result

@@ -1,0 +1,272 @@
+"""RunManager: one task per run, independent of requests; strategies, cancel, event followers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.db.base import new_id, utcnow
+from app.db.models import Run, RunEvent
+from app.db.models import Session as SessionRow
+from app.errors import SessionBusy
+from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel
+from app.runtime.jobs import Job, execute, input_message
+from app.runtime.locks import SessionLocks, lock_for_transaction
+from app.runtime.messages import dump_message
+from app.runtime.registry import ServableAgent
+from app.schemas.agents import AgentSpec
+from app.schemas.sessions import TERMINAL, RunPublic
+
+log = logging.getLogger(__name__)
+ACTIVE = ("queued", "running")
+KEEP_CHANNEL_S = 30.0  # finished runs are served from memory a little longer, then from the DB
+
+
+@dataclass
+class Submission:
+    """A new message for a session."""
+
+    tenant_id: str
+    session: SessionRow
+    agent_name: str
+    spec: AgentSpec
+    message: Any
+    strategy: str = "reject"
+    gen_params: dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+
+
+def run_public(run: Run) -> dict[str, Any]:
+    """The API shape of a run (JSON-ready)."""
+    return RunPublic(
+        id=run.id,
+        session_id=run.session_id,
+        agent=run.agent,
+        status=run.status,  # type: ignore[arg-type]
+        stop_reason=run.stop_reason,
+        input=run.input,
+        output=run.output,
+        error=run.error,
+        usage={
+            "prompt_tokens": run.prompt_tokens,
+            "completion_tokens": run.completion_tokens,
+            "total_tokens": run.prompt_tokens + run.completion_tokens,
+        },  # type: ignore[arg-type]
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+    ).model_dump(mode="json")
+
+
+class RunManager:
+    """Owns every run of this process."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        build_agent: Callable[[AgentSpec], ServableAgent],
+        flush_s: float = 0.1,
+        cancel_timeout_s: float = 1.0,
+    ) -> None:
+        self.sessionmaker = sessionmaker
+        self.build_agent = build_agent
+        self.locks = SessionLocks(engine)
+        self.flush_s = flush_s
+        self.cancel_timeout_s = cancel_timeout_s
+        self.jobs: dict[str, Job] = {}
+        self.channels: dict[str, RunChannel] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+
+    public = staticmethod(run_public)
+
+    async def submit(self, sub: Submission) -> tuple[Run, bool]:
+        """Create (or, with a known Idempotency-Key, find) the run; returns (run, created)."""
+        session_pk = sub.session.pk
+        to_cancel: list[str] = []
+        async with self.locks.admission(session_pk):
+            try:
+                async with self.sessionmaker() as db, db.begin():
+                    await lock_for_transaction(db, session_pk)
+                    if sub.idempotency_key and (found := await self._by_key(db, sub)) is not None:
+                        return found, False
+                    active = list(
+                        await db.scalars(
+                            sa.select(Run.id)
+                            .where(Run.session_pk == session_pk, Run.status.in_(ACTIVE))
+                            .order_by(Run.created_at)
+                        )
+                    )
+                    if active and sub.strategy == "reject":
+                        raise SessionBusy(sub.session.id)
+                    if sub.strategy in ("interrupt", "rollback"):
+                        to_cancel = active
+                    run = self._new_run(sub)
+                    db.add(run)
+            except IntegrityError:  # a concurrent retry with the same Idempotency-Key won
+                async with self.sessionmaker() as db:
+                    found = await self._by_key(db, sub)
+                if found is None:
+                    raise
+                return found, False
+            mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
+            for run_id in to_cancel:
+                await self.cancel(run_id, mode)
+            self._start(sub, run)
+        return run, True
+
+    async def _by_key(self, db: AsyncSession, sub: Submission) -> Run | None:
+        found: Run | None = await db.scalar(
+            sa.select(Run).where(
+                Run.tenant_id == sub.tenant_id, Run.idempotency_key == sub.idempotency_key
+            )
+        )
+        return found
+
+    def _new_run(self, sub: Submission) -> Run:
+        message = input_message(sub.message)
+        return Run(
+            id=new_id("run"),
+            tenant_id=sub.tenant_id,
+            session_pk=sub.session.pk,
+            session_id=sub.session.id,
+            agent=sub.agent_name,
+            agent_version=sub.session.agent_version,
+            status="queued",
+            input=dump_message(message),
+            options=sub.options or {},
+            prompt_tokens=0,
+            completion_tokens=0,
+            idempotency_key=sub.idempotency_key,
+            created_at=utcnow(),
+        )
+
+    def _start(self, sub: Submission, run: Run) -> None:
+        channel = RunChannel(run.id, self.sessionmaker, self.flush_s)
+        job = Job(
+            run_id=run.id,
+            tenant_id=sub.tenant_id,
+            session_pk=sub.session.pk,
+            session_id=sub.session.id,
+            spec=sub.spec,
+            message=input_message(sub.message),
+            gen_params=sub.gen_params or {},
+            channel=channel,
+        )
+        self.jobs[run.id] = job
+        self.channels[run.id] = channel
+        # run.created is the first event (seq 1) of every run.
+        channel.seed("run.created", {"run": run_public(run)})
+        channel.start()
+        job.task = asyncio.create_task(execute(self, job), name=f"run-{run.id}")
+
+    def forget(self, job: Job) -> None:
+        """Called by a finished job: drop it now, its channel after a grace period."""
+        self.jobs.pop(job.run_id, None)
+        loop = asyncio.get_running_loop()
+        loop.call_later(KEEP_CHANNEL_S, self.channels.pop, job.run_id, None)
+
+    async def cancel(self, run_id: str, mode: str = "cancelled") -> None:
+        """Cancel a run of this process (reaching the model call and the tool) and wait ≤ 1 s."""
+        job = self.jobs.get(run_id)
+        if job is None:
+            await self._cancel_orphan(run_id, mode)
+            return
+        if job.task is None or job.finishing:
+            await job.done.wait()
+            return
+        if job.cancel_mode is None:
+            job.cancel_mode = mode
+            job.task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(job.done.wait()), self.cancel_timeout_s * 5)
+
+    def cancel_soon(self, run_id: str, mode: str) -> None:
+        """Cancel from a context that is itself being cancelled (a dropped stream)."""
+        task = asyncio.create_task(self.cancel(run_id, mode))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _cancel_orphan(self, run_id: str, mode: str) -> None:
+        # An active run no process of ours owns (left by a dead process): just close it.
+        async with self.sessionmaker() as db, db.begin():
+            run = await db.get(Run, run_id)
+            if run is None or run.status in TERMINAL:
+                return
+            run.status = "cancelled" if mode in ("cancelled", "rollback") else "interrupted"
+            run.stop_reason, run.finished_at = mode, utcnow()
+            seq = await db.scalar(
+                sa.select(sa.func.max(RunEvent.seq)).where(RunEvent.run_id == run_id)
+            )
+            db.add(
+                RunEvent(
+                    run_id=run_id,
+                    seq=(seq or 0) + 1,
+                    type="run.cancelled",
+                    data={"run": run_public(run)},
+                )
+            )
+
+    async def wait(self, run_id: str) -> None:
+        """Until the run has a final status."""
+        job = self.jobs.get(run_id)
+        if job is not None:
+            await job.done.wait()
+            return
+        async for _ in self.follow(run_id, 0):
+            pass
+
+    async def follow(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
+        """Stored events after ``after``, then live ones, until the run ends."""
+        channel = self.channels.get(run_id)
+        if channel is not None:
+            async for event in channel.follow(after):
+                yield event
+            return
+        while True:
+            async with self.sessionmaker() as db:
+                rows = list(
+                    await db.scalars(
+                        sa.select(RunEvent)
+                        .where(RunEvent.run_id == run_id, RunEvent.seq > after)
+                        .order_by(RunEvent.seq)
+                    )
+                )
+                status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
+            for row in rows:
+                after = row.seq
+                yield Event(row.seq, row.type, row.data)
+                if row.type in TERMINAL_EVENTS:
+                    return
+            if status is None or (status in TERMINAL and not rows):
+                return
+            await asyncio.sleep(0.2)
+
+    async def recover(self) -> int:
+        """Mark runs left active by a dead process ``interrupted``; returns how many."""
+        async with self.sessionmaker() as db:
+            stale = list(await db.scalars(sa.select(Run).where(Run.status.in_(ACTIVE))))
+        count = 0
+        for run in stale:
+            if run.id in self.jobs or await self.locks.held_elsewhere(run.session_pk):
+                continue
+            await self._cancel_orphan(run.id, "server_restart")
+            count += 1
+        return count
+
+    async def aclose(self) -> None:
+        """Interrupt every run of this process (shutdown)."""
+        for run_id in list(self.jobs):
+            await self.cancel(run_id, "shutdown")
+        for task in list(self._background):
+            with contextlib.suppress(BaseException):
+                await task

@@ -1,0 +1,97 @@
+"""Agent definitions: the JSON ``spec`` and the Agent resource."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.common import Name, Page
+
+
+class GenParams(BaseModel):
+    """Generation parameters an agent's LLM is called with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=1)
+    max_new_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    stop_words: list[str] | None = None
+    seed: int | None = None
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The set parameters only."""
+        return self.model_dump(exclude_none=True)
+
+
+class OutputFormat(BaseModel):
+    """How the agent's replies are parsed (``tool``: a fenced tool call, ``json``, ``str``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["tool", "json", "str"] = "tool"
+    tool_type: str = "code interpreter"
+    begin: str = "```python\n"
+    end: str = "\n```\n"
+
+
+class ToolRef(BaseModel):
+    """A registered tool and its configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentSpec(BaseModel):
+    """What an agent is made of; every name is checked against the registry and the models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = "agent"
+    model: str | None = None
+    system_prompt: str | None = None
+    gen_params: GenParams = Field(default_factory=GenParams)
+    output_format: OutputFormat | None = None
+    aggregator: Literal["default", "tool"] = "default"
+    tools: list[ToolRef] = Field(default_factory=list)
+    max_turn: int = Field(default=5, ge=1, le=100)
+    sub_agents: dict[str, AgentSpec] = Field(default_factory=dict)
+
+
+AgentName = Annotated[str, Name]
+
+
+class AgentCreate(BaseModel):
+    """POST /v1/agents."""
+
+    name: AgentName
+    description: str | None = Field(default=None, max_length=10_000)
+    spec: AgentSpec
+
+
+class AgentUpdate(BaseModel):
+    """PUT /v1/agents/{name}."""
+
+    description: str | None = Field(default=None, max_length=10_000)
+    spec: AgentSpec
+
+
+class AgentPublic(BaseModel):
+    """An agent definition at its current version."""
+
+    id: str
+    name: str
+    description: str | None
+    version: int
+    spec: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+AgentList = Page[AgentPublic]

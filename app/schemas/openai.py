@@ -1,0 +1,122 @@
+"""OpenAI chat-completion requests (validated; unknown fields ignored)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ChatMessage(_Open):
+    """One message of ``messages``."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ChatMessage:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
+        if self.role in ("user", "system", "developer", "tool") and self.content is None:
+            raise ValueError(f"a {self.role} message needs content")
+        if self.role == "assistant" and self.content is None and not self.tool_calls:
+            raise ValueError("an assistant message needs content or tool_calls")
+        return self
+
+    def text(self) -> str:
+        """The message's text (text parts joined)."""
+        if isinstance(self.content, list):
+            return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+        return self.content or ""
+
+
+class StreamOptions(_Open):
+    """``stream_options``."""
+
+    include_usage: bool = False
+
+
+class ResponseFormat(_Open):
+    """``response_format``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class ToolDef(_Open):
+    """A ``tools`` entry."""
+
+    type: Literal["function"]
+    function: dict[str, Any]
+
+
+class ChatCompletionRequest(_Open):
+    """POST /v1/chat/completions."""
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    n: int | None = Field(default=None, ge=1, le=16)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    tools: list[ToolDef] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    user: str | None = None
+
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and not info.data.get("stream"):
+            raise ValueError("stream_options is only allowed when stream is true")
+        return value
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs requires logprobs to be true")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value: Any) -> Any:
+        if isinstance(value, list) and len(value) > 4:
+            raise ValueError("stop takes at most 4 sequences")
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("none", "auto", "required"):
+            raise ValueError("tool_choice must be none, auto, required or a function choice")
+        return value
+
+    def gen_params(self) -> dict[str, Any]:
+        """Agent LLM parameters from the request."""
+        params: dict[str, Any] = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_new_tokens": self.max_completion_tokens or self.max_tokens,
+            "seed": self.seed,
+        }
+        if self.stop is not None:
+            params["stop_words"] = [self.stop] if isinstance(self.stop, str) else self.stop
+        return {k: v for k, v in params.items() if v is not None}

@@ -1,0 +1,81 @@
+"""Sessions and runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from app.schemas.agents import AgentName, GenParams
+from app.schemas.common import MessageIn, Name, Page
+
+RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+TERMINAL = frozenset({"completed", "failed", "cancelled", "interrupted"})
+
+
+class SessionCreate(BaseModel):
+    """POST /v1/sessions."""
+
+    agent: AgentName
+    id: Annotated[str, Name] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionPublic(BaseModel):
+    """A session."""
+
+    id: str
+    agent: str
+    agent_version: int
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+SessionList = Page[SessionPublic]
+
+
+class RunCreate(BaseModel):
+    """POST /v1/sessions/{id}/messages."""
+
+    message: MessageIn | str
+    stream: bool = False
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
+    on_disconnect: Literal["cancel", "continue"] = "cancel"
+    gen_params: GenParams = Field(default_factory=GenParams)
+
+
+class UsagePublic(BaseModel):
+    """Token usage of a run."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class RunPublic(BaseModel):
+    """A run."""
+
+    id: str
+    session_id: str
+    agent: str
+    status: RunStatus
+    stop_reason: str | None
+    input: dict[str, Any]
+    output: dict[str, Any] | None
+    error: dict[str, Any] | None
+    usage: UsagePublic
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+RunList = Page[RunPublic]
+
+
+class RunResult(BaseModel):
+    """A finished non-streaming run and its final message."""
+
+    run: RunPublic
+    message: dict[str, Any] | None

@@ -1,0 +1,1 @@
+"""Business logic on (db session, tenant, …); raises ``AppError`` subclasses."""

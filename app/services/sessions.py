@@ -1,0 +1,161 @@
+"""Sessions and their memory (the agent's state_dict, stored as append-only message rows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.base import new_id, utcnow
+from app.db.models import Agent, Message, Run
+from app.db.models import Session as SessionRow
+from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
+from app.runtime.messages import dump_message, load_message
+from app.runtime.runner import load_state
+from app.schemas.sessions import SessionCreate, SessionPublic
+from app.services.agents import get_agent
+from app.services.pages import check_limit, page
+
+
+def to_public(row: SessionRow, agent_name: str) -> SessionPublic:
+    """The API shape of a session."""
+    return SessionPublic(
+        id=row.id,
+        agent=agent_name,
+        agent_version=row.agent_version,
+        metadata=row.metadata_,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def get_session(
+    db: AsyncSession, tenant_id: str, session_id: str
+) -> tuple[SessionRow, Agent]:
+    """The tenant's session and its agent (404 otherwise)."""
+    found = (
+        await db.execute(
+            sa.select(SessionRow, Agent)
+            .join(Agent, Agent.id == SessionRow.agent_id)
+            .where(SessionRow.tenant_id == tenant_id, SessionRow.id == session_id)
+        )
+    ).first()
+    if found is None:
+        raise NotFound(f"session {session_id!r} not found", param="id")
+    return found[0], found[1]
+
+
+async def create_session(
+    db: AsyncSession, tenant_id: str, body: SessionCreate
+) -> tuple[SessionRow, Agent]:
+    """A new session on the agent's current version."""
+    try:
+        agent = await get_agent(db, tenant_id, body.agent)
+    except NotFound as exc:
+        raise ValidationFailed(exc.message, param="agent", code="unknown_agent") from exc
+    now = utcnow()
+    row = SessionRow(
+        pk=new_id("sesspk"),
+        tenant_id=tenant_id,
+        id=body.id or new_id("sess"),
+        agent_id=agent.id,
+        agent_version=agent.version,
+        metadata_=body.metadata,
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        async with db.begin_nested():
+            db.add(row)
+            await db.flush()
+    except IntegrityError as exc:
+        raise Conflict(
+            f"session {row.id!r} already exists", param="id", code="session_exists"
+        ) from exc
+    return row, agent
+
+
+async def list_sessions(
+    db: AsyncSession, tenant_id: str, agent: str | None, limit: int, after: str | None
+) -> tuple[list[tuple[SessionRow, str]], bool]:
+    """A page of sessions (optionally of one agent), newest first."""
+    check_limit(limit)
+    stmt = sa.select(SessionRow).where(SessionRow.tenant_id == tenant_id)
+    if agent is not None:
+        agent_row = await get_agent(db, tenant_id, agent)
+        stmt = stmt.where(SessionRow.agent_id == agent_row.id)
+    cursor = None
+    if after is not None:
+        row = await db.scalar(
+            sa.select(SessionRow).where(SessionRow.tenant_id == tenant_id, SessionRow.id == after)
+        )
+        if row is None:
+            raise BadRequest(f"unknown cursor {after!r}", param="after", code="invalid_cursor")
+        cursor = (row.created_at, row.pk)
+    rows, more = await page(db, stmt, SessionRow.created_at, SessionRow.pk, limit, cursor)
+    names = dict(
+        (
+            await db.execute(
+                sa.select(Agent.id, Agent.name).where(Agent.id.in_({r.agent_id for r in rows}))
+            )
+        )
+        .tuples()
+        .all()
+    )
+    return [(r, names[r.agent_id]) for r in rows], more
+
+
+async def active_run(db: AsyncSession, session_pk: str) -> str | None:
+    """The id of a queued or running run of the session, if any."""
+    found: str | None = await db.scalar(
+        sa.select(Run.id).where(Run.session_pk == session_pk, Run.status.in_(("queued", "running")))
+    )
+    return found
+
+
+async def get_memory(db: AsyncSession, row: SessionRow) -> dict[str, list[dict[str, Any]]]:
+    """The session's state_dict (``memory`` is always present)."""
+    state = await load_state(db, row.pk)
+    state.setdefault("memory", [])
+    return state
+
+
+async def replace_memory(
+    db: AsyncSession, row: SessionRow, state: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Replace the stored state_dict (import, fork); entries must be AgentMessages."""
+    cleaned: dict[str, list[dict[str, Any]]] = {}
+    for key, items in state.items():
+        if not isinstance(items, list):
+            raise ValidationFailed(f"{key}: expected a list of messages", param=key)
+        try:
+            cleaned[key] = [dump_message(load_message(_as_message(m))) for m in items]
+        except (TypeError, ValueError) as exc:
+            raise ValidationFailed(f"{key}: {exc}", param=key, code="invalid_message") from exc
+    await db.execute(sa.delete(Message).where(Message.session_pk == row.pk))
+    db.add_all(
+        Message(session_pk=row.pk, key=key, index=i, data=data)
+        for key, items in cleaned.items()
+        for i, data in enumerate(items)
+    )
+    row.updated_at = utcnow()
+    await db.flush()
+    cleaned.setdefault("memory", [])
+    return cleaned
+
+
+def _as_message(item: Any) -> Any:
+    if not isinstance(item, dict | str):
+        raise TypeError("each entry must be an AgentMessage object or a string")
+    if isinstance(item, dict) and "content" not in item:
+        raise ValueError("an AgentMessage needs 'content'")
+    return item
+
+
+async def reset_memory(db: AsyncSession, row: SessionRow) -> None:
+    """Forget everything the session remembers."""
+    await db.execute(sa.delete(Message).where(Message.session_pk == row.pk))
+    row.updated_at = utcnow()
+    await db.flush()

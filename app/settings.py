@@ -1,0 +1,121 @@
+"""Service configuration from the environment (prefix ``AGENTSTATION_``)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from app.ops.config import OpsSettings
+
+
+class ModelConfig(BaseModel):
+    """One configured model; backend-specific keys stay in the model's extra fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    backend: Literal["vllm", "openai", "scripted"]
+
+    def options(self) -> dict[str, Any]:
+        """Every key of the entry (for backend constructors)."""
+        return self.model_dump()
+
+
+def parse_models(value: Any) -> list[ModelConfig]:
+    """``MODELS`` as inline JSON, a path to a YAML/JSON file, or an already parsed list."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith(("[", "{")):
+            text = Path(text).expanduser().read_text(encoding="utf-8")
+        value = yaml.safe_load(text)  # YAML is a superset of JSON
+    if isinstance(value, dict):
+        value = value.get("models", [value])
+    if not isinstance(value, list):
+        raise ValueError("MODELS must be a list of model entries")
+    models = [m if isinstance(m, ModelConfig) else ModelConfig.model_validate(m) for m in value]
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate model names in MODELS: {names}")
+    return models
+
+
+def parse_api_keys(value: Any) -> list[tuple[str, str]]:
+    """``tenant:key,tenant:key`` pairs."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, list):
+        items = [str(v) for v in value]
+    else:
+        items = [v.strip() for v in str(value).split(",") if v.strip()]
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        tenant, sep, key = item.partition(":")
+        if not sep or not tenant or not key:
+            raise ValueError("API_KEYS entries must look like tenant:key")
+        pairs.append((tenant.strip(), key.strip()))
+    return pairs
+
+
+class Settings(OpsSettings):
+    """Everything configurable; see docs/api.md (Configuration) and docs/operations.md."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTSTATION_", extra="ignore")
+
+    database_url: str = "sqlite+aiosqlite:///./agentstation.db"
+    models: Annotated[list[ModelConfig], NoDecode] = Field(default_factory=list)
+    api_keys: Annotated[list[tuple[str, str]], NoDecode] = Field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 1_048_576
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Runs and streams
+    sse_ping_s: float = 15.0
+    sse_retry_ms: int = 3000
+    event_flush_s: float = 0.1
+    cancel_timeout_s: float = 1.0
+    # Sandbox: other AGENTSTATION_SANDBOX_* variables are read by agents.sandbox.SandboxConfig.
+    sandbox_enabled: bool = True
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models(cls, value: Any) -> list[ModelConfig]:
+        return parse_models(value)
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _api_keys(cls, value: Any) -> list[tuple[str, str]]:
+        return parse_api_keys(value)
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _cors(cls, value: Any) -> list[str]:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return [str(v) for v in json.loads(text)]
+            return [v.strip() for v in text.split(",") if v.strip()]
+        return list(value or [])
+
+    @property
+    def is_sqlite(self) -> bool:
+        """True when the database is SQLite."""
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def is_loopback(self) -> bool:
+        """True when the server binds only to the loopback interface."""
+        return self.host in {"127.0.0.1", "localhost", "::1"}
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process settings, read once from the environment."""
+    return Settings()

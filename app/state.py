@@ -1,0 +1,42 @@
+"""What the lifespan builds and requests use (``app.state.agentstation``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.models.registry import ModelRegistry
+from app.runtime.registry import BuildContext, Registry, ServableAgent
+from app.runtime.runs import RunManager
+from app.schemas.agents import AgentSpec
+from app.services.auth import Authenticator
+from app.settings import Settings
+
+
+@dataclass
+class AppState:
+    """Process-wide resources, created in the lifespan and closed with it."""
+
+    settings: Settings
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    models: ModelRegistry
+    registry: Registry
+    auth: Authenticator
+    runs: RunManager | None = None
+    kernel_pool: Any | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def build_agent(self, spec: AgentSpec) -> ServableAgent:
+        """A fresh agent object for ``spec`` with this process's models and kernels."""
+        llms = {name: h.llm for name, h in self.models.handles.items()}
+        ctx = BuildContext(llms=llms, kernel_pool=self.kernel_pool)
+        return self.registry.build(spec, ctx)
+
+    @property
+    def run_manager(self) -> RunManager:
+        """The run manager (always set once the lifespan started)."""
+        assert self.runs is not None
+        return self.runs
