@@ -29,7 +29,7 @@ class RawChatBackend(Protocol):
 
 
 class EngineError(Exception):
-    """The engine could not serve a request; ``status`` is the HTTP status to report (503 default)."""
+    """The engine could not serve a request; ``status`` is the HTTP status (503 by default)."""
 
     def __init__(self, message: str, status: int = 503, code: str = "engine_unavailable") -> None:
         super().__init__(message)
@@ -41,9 +41,7 @@ class EngineError(Exception):
 class ModelHandle:
     """One configured model: its agent LLM, its raw chat API and its lifecycle."""
 
-    def __init__(
-        self, name: str, backend: Backend, llm: AsyncBaseLLM, raw: RawChatBackend
-    ) -> None:
+    def __init__(self, name: str, backend: Backend, llm: AsyncBaseLLM, raw: RawChatBackend) -> None:
         self.name = name
         self.backend: Backend = backend
         self.llm = llm
