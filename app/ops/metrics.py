@@ -196,6 +196,8 @@ class MetricsMiddleware:
         self.path = path
         # Labelled children cached by key: skips prometheus_client's lock and label checks.
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self.in_flight = 0
+        metrics.add_sampler(lambda: metrics.http_in_flight.set(self.in_flight))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -213,11 +215,11 @@ class MetricsMiddleware:
                 status = message["status"]
             await send(message)
 
-        self.metrics.http_in_flight.inc()
+        self.in_flight += 1  # a plain int (no lock): exported by a sampler at scrape time
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            self.metrics.http_in_flight.dec()
+            self.in_flight -= 1
             method = scope["method"] if scope["method"] in _METHODS else "OTHER"
             counter, histogram = self._child(method, route_template(scope), status)
             counter.inc()

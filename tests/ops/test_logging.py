@@ -48,7 +48,7 @@ def make_app() -> FastAPI:
         await asyncio.create_task(run())
         return {"request_id": get_request_id()}
 
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(RequestIdMiddleware, access_log=True)
     return app
 
 
