@@ -6,7 +6,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from agents.schema import AgentMessage
+from agents.schema import AgentMessage, AgentStatusCode, ModelStatusCode
 
 SessionId = int | str
 
@@ -89,6 +89,10 @@ def _load_message(data: dict[str, Any] | AgentMessage) -> AgentMessage:
         raise TypeError(f"a message dump must be a dict, got {type(data).__name__}")
     # lagent stores the class as an import path; never import what stored data names.
     fields = {k: v for k, v in data.items() if k != "__model_spec__"}
+    state = fields.get("stream_state")
+    if isinstance(state, int) and not isinstance(state, AgentStatusCode | ModelStatusCode):
+        # A JSON int would validate as ModelStatusCode (first in the union) and print wrong.
+        fields["stream_state"] = AgentStatusCode(state)
     return AgentMessage.model_validate(fields)
 
 

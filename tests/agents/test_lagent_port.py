@@ -63,6 +63,7 @@ def test_memory_as_state_and_round_trip() -> None:
     restored = Agent(SyncScriptedLLM(["孝"]), SYSTEM_PROMPT)
     restored.load_state_dict(json.loads(json.dumps(dumped)))
     assert restored.state_dict() == dumped
+    assert str(restored.memory.get_memory()) == str(memory)  # type: ignore[union-attr]
     agent.memory.reset()  # type: ignore[union-attr]
     assert agent.memory.get_memory() == []  # type: ignore[union-attr]
 
