@@ -121,11 +121,34 @@ class SandboxKernel:
         client.load_connection_file(str(conn))
         client.start_channels(hb=False)
         self.client = client
-        assert client.iopub_channel.socket is not None
-        monitor = client.iopub_channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._watch_iopub()
+
+    def _watch_iopub(self) -> None:
+        assert self.client is not None and self.client.iopub_channel.socket is not None
+        monitor = self.client.iopub_channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         # A blocking view of the monitor socket, read without awaiting.
         self._monitor_async = monitor
         self._monitor = zmq.Socket.shadow(monitor.underlying)
+
+    async def _reconnect_iopub(self) -> None:
+        """A dropped IOPub connection does not come back by itself: open a new socket."""
+        assert self.client is not None
+        if self._monitor is not None:
+            self._monitor = None
+            self._monitor_async.close(linger=0)
+        self.client.iopub_channel.close()
+        self.client._iopub_channel = None
+        self.client.iopub_channel.start()
+        self._watch_iopub()
+        # PUB/SUB drops what is sent before the subscription lands: wait for proof it did.
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            self.client.kernel_info()
+            with contextlib.suppress(Exception):
+                await self.client.get_iopub_msg(timeout=0.1)
+                break
+        await self._drain_shell()
+        await self._drain_iopub(0.02)
 
     async def _wait_ready(self) -> None:
         assert self.client is not None
@@ -202,8 +225,11 @@ class SandboxKernel:
                     result.traceback = []
                     return result
             return result
-        if self._dropped_messages() or (not collector.idle and self.alive):
-            collector._truncate()
+        if self._dropped_messages():
+            collector.truncate()
+            await self._reconnect_iopub()
+        elif not collector.idle and self.alive:
+            collector.truncate()
         result.execution_count = reply["content"].get("execution_count")
         if reply["content"].get("status") != "ok" and result.status == "ok":
             result.status = "error"

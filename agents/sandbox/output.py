@@ -59,10 +59,11 @@ class OutputCollector:
         if self.used + size <= self.limit:
             self.used += size
             return True
-        self._truncate()
+        self.truncate()
         return False
 
-    def _truncate(self) -> None:
+    def truncate(self) -> None:
+        """Mark the cell truncated (once, with a note)."""
         if not self.result.truncated:
             self.result.truncated = True
             self.result.notes.append(
