@@ -1,6 +1,7 @@
 """AgentStation's agent library: lagent v1's programming model on one async streaming core."""
 
 from agents.agent import Agent, AsyncAgent, BaseAgent
+from agents.compose import AgentDict, AgentList, AsyncSequential, Sequential
 from agents.memory import Memory, MemoryManager
 from agents.schema import (
     ActionReturn,
@@ -17,13 +18,17 @@ __all__ = [
     "ActionStatusCode",
     "ActionValidCode",
     "Agent",
+    "AgentDict",
+    "AgentList",
     "AgentMessage",
     "AgentStatusCode",
     "AsyncAgent",
+    "AsyncSequential",
     "AsyncToolAgent",
     "BaseAgent",
     "Memory",
     "MemoryManager",
     "ModelStatusCode",
+    "Sequential",
     "ToolAgent",
 ]
