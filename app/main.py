@@ -98,19 +98,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def _install_ops(app: FastAPI, settings: Settings) -> None:
     """Metrics (/metrics), request ids, logs, rate limits and retention from app.ops."""
-    from app.ops.wiring import install_ops, start_retention
+    from app.ops.wiring import install_ops, start_ops
 
-    install_ops(app, settings)
-
-    def retention(state: AppState) -> Any:
-        async def on_deleted(tenant_id: str, session_id: str) -> None:
-            if state.kernel_pool is not None:
-                await state.kernel_pool.shutdown_session(f"{tenant_id}:{session_id}")
-
-        sweeper = start_retention(settings, state.sessionmaker, on_deleted)
-        return sweeper.aclose
-
-    app.state.startup_hooks.append(retention)
+    ops = install_ops(app, settings)
+    # In the lifespan: instrument models, sample gauges, start retention (returns its closer).
+    app.state.startup_hooks.append(lambda state: start_ops(state, ops))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -10,10 +12,14 @@ from starlette.responses import JSONResponse
 
 from app.ops.budget import BudgetExceeded
 from app.ops.config import OpsSettings
+from app.ops.instrument import instrument_models, observe_runs, sample_kernel_pool
 from app.ops.logging import RequestIdMiddleware, configure_logging
 from app.ops.metrics import Metrics, MetricsMiddleware
 from app.ops.ratelimit import RateLimit, RateLimitMiddleware, TokenBucketLimiter
 from app.ops.retention import RetentionPolicy, RetentionSweeper, SessionDeleted
+
+if TYPE_CHECKING:
+    from app.state import AppState
 
 
 @dataclass
@@ -65,3 +71,33 @@ def start_retention(
     sweeper = RetentionSweeper(factory, policy, on_session_deleted)
     sweeper.start()
     return sweeper
+
+
+def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
+    """Lifespan part: instrument models, sample live state, start retention; returns a closer."""
+    metrics = ops.metrics
+    instrument_models(state.models.handles, metrics)
+    metrics.observe_db_pool(state.engine.sync_engine.pool)
+
+    def jobs() -> list[Any]:
+        return list(state.runs.jobs.values()) if state.runs is not None else []
+
+    def kernel_sessions() -> set[str]:
+        pool = state.kernel_pool
+        return {key[0] for key in list(pool.kernels)} if pool is not None else set()
+
+    def sample_pool() -> None:
+        # The kernel pool starts in the background: it may appear after the lifespan began.
+        if state.kernel_pool is not None:
+            sample_kernel_pool(metrics, state.kernel_pool)
+
+    observe_runs(metrics, jobs, kernel_sessions)
+    metrics.add_sampler(sample_pool)
+
+    async def on_session_deleted(tenant_id: str, session_id: str) -> None:
+        if state.kernel_pool is not None:
+            # The session is gone for good: its kernel and its work dir go too.
+            await state.kernel_pool.shutdown_session(f"{tenant_id}:{session_id}", remove_files=True)
+
+    sweeper = start_retention(state.settings, state.sessionmaker, on_session_deleted)
+    return sweeper.aclose

@@ -1,0 +1,74 @@
+"""Hooks the runtime's live objects into ops: model calls (TTFT, tokens, budget), gauges."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages
+from app.ops.budget import BudgetedLLM, check_current_budget
+from app.ops.metrics import Metrics
+
+
+class InstrumentedLLM(BudgetedLLM):
+    """A model that checks the task's token budget, then records TTFT and usage per call."""
+
+    def __init__(self, inner: AsyncBaseLLM, model: str, metrics: Metrics) -> None:
+        super().__init__(inner)
+        self.model = model
+        self.metrics = metrics
+
+    async def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
+        """Check the budget, stream the inner model, and record its first-token time and usage."""
+        check_current_budget()
+        start = time.perf_counter()
+        first = True
+        async for delta in self.inner.astream(messages, **kwargs):
+            if first and delta.text:
+                first = False
+                self.metrics.time_to_first_token(self.model, time.perf_counter() - start)
+            if delta.usage is not None:
+                usage = delta.usage
+                self.metrics.tokens(self.model, usage.prompt_tokens, usage.completion_tokens)
+            yield delta
+
+
+def instrument_models(handles: dict[str, Any], metrics: Metrics) -> None:
+    """Wrap each model handle's ``llm`` in place (agents built afterwards use the wrapper)."""
+    for name, handle in handles.items():
+        if not isinstance(handle.llm, InstrumentedLLM):
+            handle.llm = InstrumentedLLM(handle.llm, name, metrics)
+
+
+def kernel_counts(kernels: list[Any]) -> dict[str, int]:
+    """Kernels by state: busy, idle or dead."""
+    counts = Counter(
+        "dead" if not getattr(k, "alive", True) else "busy" if getattr(k, "busy", False) else "idle"
+        for k in kernels
+    )
+    return {state: counts.get(state, 0) for state in ("busy", "idle", "dead")}
+
+
+def sample_kernel_pool(metrics: Metrics, pool: Any) -> None:
+    """Set the kernel and isolation-level gauges from a kernel pool (call at scrape time)."""
+    if pool.level is not None:
+        metrics.set_sandbox_level(str(pool.level))
+    # list() copies at once: the pool mutates its dict from its own thread.
+    metrics.set_kernels(kernel_counts(list(pool.kernels.values())))
+
+
+def observe_runs(
+    metrics: Metrics, jobs: Callable[[], list[Any]], kernel_sessions: Callable[[], set[str]]
+) -> None:
+    """Sample queued/active runs, and sessions with a run or a live kernel, at each scrape."""
+
+    def sample() -> None:
+        current = jobs()
+        running = sum(1 for job in current if getattr(job, "started", True))
+        metrics.set_queue_depth(len(current) - running, active=running)
+        sessions = {job.session_key for job in current} | kernel_sessions()
+        metrics.set_active_sessions(len(sessions))
+
+    metrics.add_sampler(sample)
