@@ -13,6 +13,7 @@ from agents.schema import AgentMessage
 from app.db.base import utcnow
 from app.db.models import Run
 from app.engines.base import EngineError
+from app.ops.logging import run_id_var
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, load_message
 from app.runtime.runner import TurnResult, load_state, run_turn, save_new_messages
@@ -47,6 +48,7 @@ class Job:
     channel: RunChannel
     task: asyncio.Task[None] | None = None
     cancel_mode: str | None = None
+    started: bool = False  # holds the session (queued until then; for the queue-depth gauge)
     finishing: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -58,6 +60,7 @@ class Job:
 
 async def execute(manager: RunManager, job: Job) -> None:
     """Run ``job`` to a final status; never raises."""
+    run_id_var.set(job.run_id)  # this task's log lines carry the run id (its own context)
     result = TurnResult()
     before: dict[str, list[dict[str, Any]]] = {}
     agent: Any = None
@@ -65,6 +68,7 @@ async def execute(manager: RunManager, job: Job) -> None:
         async with manager.locks.running(job.session_pk):
             if job.cancel_mode is not None:
                 raise asyncio.CancelledError  # cancelled while queued
+            job.started = True
             await _set(manager, job.run_id, status="running", started_at=utcnow())
             async with manager.sessionmaker() as db:
                 before = await load_state(db, job.session_pk)
