@@ -54,7 +54,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     AGENTSTATION_HOST=0.0.0.0 \
     AGENTSTATION_PORT=8000 \
     AGENTSTATION_LOG_FORMAT=json \
-    AGENTSTATION_SANDBOX_WORKDIR=/var/lib/agentstation/sandbox \
+    AGENTSTATION_SANDBOX_BASE_DIR=/var/lib/agentstation/sandbox \
     AGENTSTATION_SANDBOX_KERNEL_ENV=/opt/agentstation/kernel-env \
     VLLM_CPU_KVCACHE_SPACE=1
 RUN mkdir -p /var/lib/agentstation/sandbox
@@ -91,7 +91,7 @@ ENV PYTHONUNBUFFERED=1 \
     AGENTSTATION_HOST=0.0.0.0 \
     AGENTSTATION_PORT=8000 \
     AGENTSTATION_LOG_FORMAT=json \
-    AGENTSTATION_SANDBOX_WORKDIR=/var/lib/agentstation/sandbox \
+    AGENTSTATION_SANDBOX_BASE_DIR=/var/lib/agentstation/sandbox \
     AGENTSTATION_SANDBOX_KERNEL_ENV=/opt/agentstation/kernel-env
 RUN mkdir -p /var/lib/agentstation/sandbox
 VOLUME ["/var/lib/agentstation"]

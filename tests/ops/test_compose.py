@@ -86,7 +86,7 @@ def test_gateways_carry_the_sandbox_settings_and_session_volume(
     assert gw["pids_limit"] > 0 and gw["mem_limit"]
     assert any(t.startswith("/tmp:size=") for t in gw["tmpfs"])
     assert "sessions:/var/lib/agentstation" in gw["volumes"]
-    assert env_of(gw)["AGENTSTATION_SANDBOX_WORKDIR"].startswith("/var/lib/agentstation/")
+    assert env_of(gw)["AGENTSTATION_SANDBOX_BASE_DIR"].startswith("/var/lib/agentstation/")
     assert "/readyz" in " ".join(gw["healthcheck"]["test"])
     assert gw["stop_grace_period"]
 
@@ -151,3 +151,29 @@ def test_dockerfile_copies_only_paths_that_exist(stages: dict[str, list[str]]) -
 def test_dockerignore_keeps_the_venv_and_git_out_of_the_context() -> None:
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", ".git", "*.db"} <= set(ignored)
+
+
+def known_settings() -> set[str]:
+    from dataclasses import fields
+
+    from agents.sandbox.config import ENV_PREFIX, SandboxConfig
+    from app.settings import Settings
+
+    names = {"AGENTSTATION_" + name.upper() for name in Settings.model_fields}
+    names |= {ENV_PREFIX + f.name.upper() for f in fields(SandboxConfig)}
+    return names
+
+
+def test_every_agentstation_variable_set_in_the_images_is_a_real_setting(
+    compose: dict[str, Any],
+) -> None:
+    known = known_settings()
+    used: set[str] = set()
+    for service in compose["services"].values():
+        used |= {k for k in env_of(service) if k.startswith("AGENTSTATION_")}
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    used |= set(re.findall(r"\b(AGENTSTATION_[A-Z_]+)=", dockerfile))
+    # Variables only the compose file itself reads (ports, bind address, memory cap).
+    compose_only = {"AGENTSTATION_HOST_PORT", "AGENTSTATION_GPU_HOST_PORT", "AGENTSTATION_BIND"}
+    assert used - compose_only <= known, sorted(used - compose_only - known)
+    assert {"AGENTSTATION_RATE_LIMIT", "AGENTSTATION_DATABASE_URL"} <= used
