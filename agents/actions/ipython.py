@@ -45,6 +45,9 @@ class _SandboxedIPython(BaseAction):
         description: dict[str, Any] | None = None,
         enable: bool = True,
     ) -> None:
+        if description is None and type(self).__name__.startswith("Async"):
+            # The async twin answers to the same name, so prompts and tool calls carry over.
+            description = {**self.__tool_description__, "name": type(self).__name__[5:]}
         super().__init__(description, enable)
         self.timeout = timeout
         self.max_out_len = max_out_len
