@@ -53,8 +53,8 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": "tok "}}]})
     for _ in range(CHUNKS):
         await resp.write(f"data: {chunk}\n\n".encode())
-    usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 16}})
-    await resp.write(f"data: {usage}\n\ndata: [DONE]\n\n".encode())
+    last = json.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": CHUNKS}})
+    await resp.write(f"data: {last}\n\ndata: [DONE]\n\n".encode())
     return resp
 
 
