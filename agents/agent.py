@@ -105,19 +105,23 @@ class BaseAgent:
     def state_dict(self, session_id: SessionId = 0) -> dict[str, list[dict[str, Any]]]:
         """Every memory of the session: ``{'memory': [...], 'writer.memory': [...]}``."""
         state: dict[str, list[dict[str, Any]]] = {}
-        stack: list[tuple[str, BaseAgent]] = [("", self)]
-        while stack:
-            prefix, node = stack.pop()
-            if node.memory is not None:
-                memory = node.memory.get(session_id)
-                state[prefix + "memory"] = memory.save() if memory is not None else []
-            for name, child in reversed(list(node.named_agents())):
-                stack.append((f"{prefix}{name}.", child))
+        if self.memory is not None:
+            memory = self.memory.get(session_id)
+            state["memory"] = memory.save() if memory is not None else []
+        for name, child in self.named_agents():
+            state.update({f"{name}.{k}": v for k, v in child.state_dict(session_id).items()})
         return state
+
+    def state_keys(self) -> list[str]:
+        """The keys of ``state_dict`` (one per agent with memory), without dumping anything."""
+        keys = ["memory"] if self.memory is not None else []
+        for name, child in self.named_agents():
+            keys += [f"{name}.{key}" for key in child.state_keys()]
+        return keys
 
     def load_state_dict(self, state: dict[str, Any], session_id: SessionId = 0) -> None:
         """Replace the session's memories with ``state`` (as made by ``state_dict``)."""
-        expected = self.state_dict(session_id)
+        expected = self.state_keys()
         missing = set(expected) - set(state)
         if missing:
             raise KeyError(f"Missing keys: {sorted(missing)}")
@@ -305,14 +309,9 @@ def _kind_of(value: Any) -> str | None:
         return "llm"
     # No import of agents.actions here: if its module isn't loaded, no executor can exist.
     executors = sys.modules.get("agents.actions.executor")
-    classes = tuple(
-        c
-        for c in (getattr(executors, n, None) for n in ("ActionExecutor", "AsyncActionExecutor"))
-        if isinstance(c, type)
-    )
-    if classes and isinstance(value, classes):
-        return "executor"
-    return None
+    names = ("ActionExecutor", "AsyncActionExecutor")
+    classes = tuple(getattr(executors, n) for n in names if hasattr(executors, n))
+    return "executor" if classes and isinstance(value, classes) else None
 
 
 __all__ = ["Agent", "AsyncAgent", "BaseAgent"]

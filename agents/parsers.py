@@ -157,8 +157,13 @@ def default_plugin_validate(plugin: str) -> Any:
     return json.loads(text)
 
 
+def _parsed(tool_type: str | None, thought: str, action: Any, status: int) -> dict[str, Any]:
+    return {"tool_type": tool_type, "thought": thought, "action": action, "status": status}
+
+
 #: Named validators (so a spec can say ``"validate": "json"`` without naming an import path).
 VALIDATORS: dict[str, Callable[[str], Any]] = {"json": default_plugin_validate}
+Validator = Callable[[str], Any] | str | None
 
 
 class ToolParser(StrParser):
@@ -174,7 +179,7 @@ class ToolParser(StrParser):
         template: str = "",
         begin: str = "<tool>\n",
         end: str = "</tool>\n",
-        validate: Callable[[str], Any] | str | None = None,
+        validate: Validator = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(template, begin=begin, end=end, **kwargs)
@@ -195,12 +200,7 @@ class ToolParser(StrParser):
 
     def parse_response(self, data: str) -> dict[str, Any]:
         if self.begin not in data:
-            return {
-                "tool_type": None,
-                "thought": data,
-                "action": None,
-                "status": ToolStatusCode.NO_TOOL,
-            }
+            return _parsed(None, data, None, ToolStatusCode.NO_TOOL)
         thought, action, *_ = data.split(self.begin)
         action = action.split(self.end)[0]
         status = ToolStatusCode.VALID_TOOL
@@ -210,12 +210,7 @@ class ToolParser(StrParser):
                 parsed_action = self.validate(action)
             except Exception:  # any validator failure is a parse error
                 status = ToolStatusCode.PARSING_ERROR
-        return {
-            "tool_type": self.tool_type,
-            "thought": thought,
-            "action": parsed_action,
-            "status": status,
-        }
+        return _parsed(self.tool_type, thought, parsed_action, status)
 
     def format_response(self, parsed: dict[str, Any]) -> str:
         if parsed.get("action") is None:
@@ -238,31 +233,20 @@ class ToolParser(StrParser):
 class InterpreterParser(ToolParser):
     """InternLM's code-interpreter markers."""
 
-    def __init__(
-        self,
-        tool_type: str = "interpreter",
-        template: str = "",
-        begin: str = "<|action_start|><|interpreter|>\n",
-        end: str = "<|action_end|>\n",
-        validate: Callable[[str], Any] | str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(tool_type, template, begin, end, validate, **kwargs)
+    def __init__(self, tool_type: str = "interpreter", template: str = "", **kwargs: Any) -> None:
+        kwargs.setdefault("begin", "<|action_start|><|interpreter|>\n")
+        kwargs.setdefault("end", "<|action_end|>\n")
+        super().__init__(tool_type, template, **kwargs)
 
 
 class PluginParser(ToolParser):
     """InternLM's plugin markers; the call must be a JSON object."""
 
-    def __init__(
-        self,
-        tool_type: str = "plugin",
-        template: str = "",
-        begin: str = "<|action_start|><|plugin|>\n",
-        end: str = "<|action_end|>\n",
-        validate: Callable[[str], Any] | str | None = default_plugin_validate,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(tool_type, template, begin, end, validate, **kwargs)
+    def __init__(self, tool_type: str = "plugin", template: str = "", **kwargs: Any) -> None:
+        kwargs.setdefault("begin", "<|action_start|><|plugin|>\n")
+        kwargs.setdefault("end", "<|action_end|>\n")
+        kwargs.setdefault("validate", default_plugin_validate)
+        super().__init__(tool_type, template, **kwargs)
 
 
 class MixedToolParser(StrParser):
@@ -296,12 +280,7 @@ class MixedToolParser(StrParser):
     def parse_response(self, data: str) -> dict[str, Any]:
         found = [(data.find(p.begin), p) for p in self.parsers.values() if p.begin in data]
         if not found:
-            return {
-                "tool_type": None,
-                "thought": data,
-                "action": None,
-                "status": ToolStatusCode.NO_TOOL,
-            }
+            return _parsed(None, data, None, ToolStatusCode.NO_TOOL)
         return min(found, key=lambda item: item[0])[1].parse_response(data)
 
     def format_response(self, parsed: dict[str, Any]) -> str:
@@ -316,16 +295,3 @@ class MixedToolParser(StrParser):
         if parser is None:
             return "Could not parse the tool call. Please fix the format."
         return parser.explain_error(parsed)
-
-
-__all__ = [
-    "InterpreterParser",
-    "JSONParser",
-    "MixedToolParser",
-    "PluginParser",
-    "StrParser",
-    "ToolParser",
-    "ToolStatusCode",
-    "default_plugin_validate",
-    "strip_code_fences",
-]

@@ -170,6 +170,7 @@ def test_state_dict_load_and_reset_with_dotted_keys() -> None:
     assert [m["content"] for m in state["first.memory"]] == ["go", "draft"]
     assert [m["content"] for m in state["second.memory"]] == ["draft", "final"]
     assert agent.state_dict("unknown") == {"first.memory": [], "second.memory": []}
+    assert agent.state_keys() == ["first.memory", "second.memory"]
 
     other = Pipeline()
     other.load_state_dict(state, session_id="t")

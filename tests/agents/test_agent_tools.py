@@ -60,6 +60,7 @@ async def test_call_equals_stream_end_and_kernel_state_is_per_session() -> None:
     agent, _ = code_agent(script * 2)
     await agent("a", session_id=1)
     await agent("b", session_id=1)
+    assert [name for name, _ in agent.named_executors()] == ["executor"]
     kernel = agent.executor.actions["IPythonInteractive"]
     assert kernel.namespaces[1]["n"] == 2
     stream = [c async for c in agent.stream("a", session_id=2)]
