@@ -14,7 +14,7 @@ T = TypeVar("T")
 
 async def page(
     db: AsyncSession,
-    stmt: sa.Select[tuple[T]],
+    stmt: sa.Select[Any],
     created: Any,
     ident: Any,
     limit: int,
@@ -24,7 +24,7 @@ async def page(
     if after is not None:
         stmt = stmt.where(sa.tuple_(created, ident) < sa.tuple_(*after))
     stmt = stmt.order_by(created.desc(), ident.desc()).limit(limit + 1)
-    rows = list(await db.scalars(stmt))
+    rows: list[T] = list(await db.scalars(stmt))
     return rows[:limit], len(rows) > limit
 
 

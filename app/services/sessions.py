@@ -94,16 +94,12 @@ async def list_sessions(
         if row is None:
             raise BadRequest(f"unknown cursor {after!r}", param="after", code="invalid_cursor")
         cursor = (row.created_at, row.pk)
+    rows: list[SessionRow]
     rows, more = await page(db, stmt, SessionRow.created_at, SessionRow.pk, limit, cursor)
-    names = dict(
-        (
-            await db.execute(
-                sa.select(Agent.id, Agent.name).where(Agent.id.in_({r.agent_id for r in rows}))
-            )
-        )
-        .tuples()
-        .all()
+    result = await db.execute(
+        sa.select(Agent.id, Agent.name).where(Agent.id.in_({r.agent_id for r in rows}))
     )
+    names = {agent_id: name for agent_id, name in result}
     return [(r, names[r.agent_id]) for r in rows], more
 
 

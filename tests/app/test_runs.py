@@ -1,0 +1,207 @@
+"""Runs through ASGITransport: non-stream and SSE responses, event replay, strategies, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from agents.schema import AgentMessage
+from tests.app.conftest import make_agent, make_session, parse_sse
+
+
+async def _post(client: httpx.AsyncClient, sid: str, **body: Any) -> httpx.Response:
+    body.setdefault("message", "hello there")
+    return await client.post(f"/v1/sessions/{sid}/messages", json=body)
+
+
+async def _wait_status(client: httpx.AsyncClient, sid: str, status: str) -> dict[str, Any]:
+    for _ in range(200):
+        runs = (await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]
+        if runs and runs[0]["status"] == status:
+            return dict(runs[0])
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no run became {status}")
+
+
+async def test_non_stream_run_shape(client: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    resp = await _post(client, sid, message={"content": "hi you", "sender": "user"})
+    assert resp.status_code == 200
+    run, message = resp.json()["run"], resp.json()["message"]
+    assert run["status"] == "completed" and run["stop_reason"] == "end"
+    assert run["session_id"] == sid and run["agent"] == "helper"
+    assert run["input"]["content"] == "hi you"
+    assert run["output"] == message and message["content"] == "hi you"
+    assert run["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    assert run["started_at"] and run["finished_at"] and run["error"] is None
+    assert (await client.get(f"/v1/runs/{run['id']}")).json() == run
+    listed = (await client.get(f"/v1/sessions/{sid}/runs")).json()
+    assert [r["id"] for r in listed["data"]] == [run["id"]]
+
+
+async def test_stream_run_sse_format(client: httpx.AsyncClient) -> None:
+    await make_agent(client, model="poet")
+    sid = await make_session(client)
+    resp = await _post(client, sid, stream=True)
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    frames = [f for f in parse_sse(resp.text) if "event" in f]
+    run_id = frames[0]["data"]["run"]["id"]
+    assert resp.headers["content-location"] == f"/v1/runs/{run_id}"
+    assert [int(f["id"]) for f in frames] == list(range(1, len(frames) + 1))
+    assert frames[0]["retry"] == "3000"
+    types = [f["event"] for f in frames]
+    assert types[0] == "run.created" and types[-1] == "run.completed"
+    deltas = "".join(f["data"]["delta"] for f in frames if f["event"] == "message.delta")
+    assert deltas == "Roses are red."
+    messages = [f["data"] for f in frames if f["event"] == "message"]
+    assert messages == [{"index": 0, "message": frames[-1]["data"]["run"]["output"]}]
+    assert frames[-1]["data"]["run"]["status"] == "completed"
+
+
+async def test_events_replay_after_the_run(client: httpx.AsyncClient) -> None:
+    await make_agent(client, model="poet")
+    sid = await make_session(client)
+    run_id = (await _post(client, sid)).json()["run"]["id"]
+    everything = parse_sse((await client.get(f"/v1/runs/{run_id}/events")).text)
+    events = [f for f in everything if "event" in f]
+    assert events[0]["event"] == "run.created" and events[-1]["event"] == "run.completed"
+    last = events[-2]["id"]
+    tail = parse_sse(
+        (await client.get(f"/v1/runs/{run_id}/events", headers={"Last-Event-ID": last})).text
+    )
+    assert [f["event"] for f in tail if "event" in f] == ["run.completed"]
+    tail = parse_sse((await client.get(f"/v1/runs/{run_id}/events", params={"after": 1})).text)
+    assert [f["id"] for f in tail if "event" in f] == [e["id"] for e in events[1:]]
+    done = parse_sse(
+        (await client.get(f"/v1/runs/{run_id}/events", params={"after": 999})).text
+    )
+    assert [f for f in done if "event" in f] == [] and done[0]["retry"] == "3000"
+
+
+async def test_unknown_run_is_404(client: httpx.AsyncClient, client_b: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    run_id = (await _post(client, sid)).json()["run"]["id"]
+    for path in (f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/events"):
+        assert (await client_b.get(path)).status_code == 404
+        assert (await client.get(path.replace(run_id, "run_x"))).status_code == 404
+    assert (await client_b.post(f"/v1/runs/{run_id}/cancel")).status_code == 404
+    missing = await client.post("/v1/sessions/nope/messages", json={"message": "x"})
+    assert missing.status_code == 404
+
+
+async def test_cancel_finished_run_returns_it(client: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    run = (await _post(client, sid)).json()["run"]
+    resp = await client.post(f"/v1/runs/{run['id']}/cancel")
+    assert resp.status_code == 200 and resp.json()["status"] == "completed"
+
+
+async def test_busy_session_rejects_with_409(client: httpx.AsyncClient) -> None:
+    await make_agent(client, model="slow")
+    sid = await make_session(client)
+    first = asyncio.create_task(_post(client, sid))
+    running = await _wait_status(client, sid, "running")
+    second = await _post(client, sid)
+    assert second.status_code == 409
+    assert second.headers["x-should-retry"] == "false"
+    assert second.json()["error"]["code"] == "session_busy"
+    cancelled = await client.post(f"/v1/runs/{running['id']}/cancel")
+    assert cancelled.json()["status"] == "cancelled"
+    resp = await first
+    assert resp.json()["run"]["status"] == "cancelled" and resp.json()["message"] is None
+    # A cancelled run leaves no trace in memory.
+    assert (await client.get(f"/v1/sessions/{sid}/memory")).json() == {"memory": []}
+
+
+async def test_enqueue_runs_in_order(client: httpx.AsyncClient) -> None:
+    await make_agent(client, model="slow")
+    sid = await make_session(client)
+    first = asyncio.create_task(_post(client, sid, message="first"))
+    await _wait_status(client, sid, "running")
+    second = asyncio.create_task(_post(client, sid, message="second", multitask_strategy="enqueue"))
+    while len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) < 2:
+        await asyncio.sleep(0.01)  # "second" is queued before "third" is sent
+    third = asyncio.create_task(_post(client, sid, message="third", multitask_strategy="enqueue"))
+    results = [(await t).json()["run"] for t in (first, second, third)]
+    assert [r["status"] for r in results] == ["completed"] * 3
+    assert results[0]["finished_at"] <= results[1]["started_at"]
+    assert results[1]["finished_at"] <= results[2]["started_at"]
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    assert [m["content"] for m in memory if m["sender"] == "user"] == ["first", "second", "third"]
+
+
+async def test_interrupt_keeps_input_and_rollback_drops_it(client: httpx.AsyncClient) -> None:
+    await make_agent(client, model="slow")
+    sid = await make_session(client)
+    first = asyncio.create_task(_post(client, sid, message="one"))
+    await _wait_status(client, sid, "running")
+    second = asyncio.create_task(_post(client, sid, message="two", multitask_strategy="interrupt"))
+    assert (await first).json()["run"]["status"] == "interrupted"
+    await _wait_status(client, sid, "running")
+    third = await _post(client, sid, message="three", multitask_strategy="rollback")
+    assert third.json()["run"]["status"] == "completed"
+    rolled = (await second).json()["run"]
+    assert rolled["status"] == "cancelled" and rolled["stop_reason"] == "rollback"
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    # "one" stays (interrupt keeps what the run wrote), "two" is gone (rollback).
+    assert [m["content"] for m in memory if m["sender"] == "user"] == ["one", "three"]
+
+
+async def test_idempotency_key_attaches_to_the_same_run(client: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    headers = {"Idempotency-Key": "abc-1"}
+    one = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "x"}, headers=headers)
+    two = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "x"}, headers=headers)
+    assert one.json()["run"]["id"] == two.json()["run"]["id"]
+    assert len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) == 1
+
+
+async def test_bad_run_requests(client: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    for body, param in [
+        ({}, "message"),
+        ({"message": "x", "multitask_strategy": "yolo"}, "multitask_strategy"),
+        ({"message": "x", "on_disconnect": "explode"}, "on_disconnect"),
+        ({"message": "x", "gen_params": {"temperature": -1}}, "gen_params.temperature"),
+        ({"message": {"sender": "user"}}, "message"),
+    ]:
+        resp = await client.post(f"/v1/sessions/{sid}/messages", json=body)
+        assert resp.status_code == 422, body
+        assert resp.json()["error"]["param"].startswith(param), resp.json()
+
+
+class _Broken:
+    """An agent whose model call fails."""
+
+    def state_dict(self, session_id: Any = 0) -> dict[str, Any]:
+        return {"memory": []}
+
+    def load_state_dict(self, state: dict[str, Any], session_id: Any = 0) -> None:
+        pass
+
+    async def stream(self, message: Any, session_id: Any = 0, **kw: Any) -> AsyncIterator[AgentMessage]:
+        yield AgentMessage(sender="Broken", content="partial", stream_state=1)
+        raise RuntimeError("model exploded")
+
+
+async def test_failing_agent_ends_run_failed(app: FastAPI, client: httpx.AsyncClient) -> None:
+    app.state.agentstation.registry.add_kind("broken", lambda spec, ctx: _Broken())
+    await make_agent(client, kind="broken")
+    sid = await make_session(client)
+    run = (await _post(client, sid)).json()["run"]
+    assert run["status"] == "failed"
+    assert run["error"]["message"] == "model exploded"
+    frames = parse_sse((await client.get(f"/v1/runs/{run['id']}/events")).text)
+    assert frames[-1]["event"] == "run.failed"
+    assert frames[-1]["data"]["error"]["message"] == "model exploded"
+    assert (await client.get(f"/v1/sessions/{sid}/memory")).json() == {"memory": []}

@@ -1,0 +1,109 @@
+"""/v1/sessions: CRUD, memory (state_dict) get/put/reset, tenants."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.app.conftest import make_agent, make_session
+
+
+async def test_create_get_list_delete(client: httpx.AsyncClient) -> None:
+    await make_agent(client, "helper")
+    await make_agent(client, "other")
+    resp = await client.post("/v1/sessions", json={"agent": "helper", "id": "s-1", "metadata": {"u": 1}})
+    assert resp.status_code == 201, resp.text
+    session = resp.json()
+    assert session["id"] == "s-1" and session["agent"] == "helper"
+    assert session["agent_version"] == 1 and session["metadata"] == {"u": 1}
+    generated = await make_session(client)
+    assert generated.startswith("sess_")
+    await make_session(client, "other")
+    assert (await client.get("/v1/sessions/s-1")).json() == session
+    all_ids = [s["id"] for s in (await client.get("/v1/sessions")).json()["data"]]
+    assert all_ids[1:] == [generated, "s-1"]
+    mine = (await client.get("/v1/sessions", params={"agent": "helper"})).json()["data"]
+    assert [s["id"] for s in mine] == [generated, "s-1"]
+    page = (await client.get("/v1/sessions", params={"limit": 1, "after": generated})).json()
+    assert [s["id"] for s in page["data"]] == ["s-1"] and page["has_more"] is False
+    assert (await client.delete("/v1/sessions/s-1")).status_code == 204
+    assert (await client.get("/v1/sessions/s-1")).status_code == 404
+    assert (await client.delete("/v1/sessions/s-1")).status_code == 404
+
+
+async def test_create_errors(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/sessions", json={"agent": "ghost"})
+    assert resp.status_code == 422 and resp.json()["error"]["param"] == "agent"
+    await make_agent(client)
+    await make_session(client, id="twice")
+    resp = await client.post("/v1/sessions", json={"agent": "helper", "id": "twice"})
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "session_exists"
+    resp = await client.post("/v1/sessions", json={"agent": "helper", "metadata": [1]})
+    assert resp.status_code == 422 and resp.json()["error"]["param"] == "metadata"
+
+
+async def test_session_pins_agent_version(client: httpx.AsyncClient) -> None:
+    await make_agent(client, "helper", model="poet")
+    sid = await make_session(client)
+    await client.put("/v1/agents/helper", json={"spec": {"model": "echo"}})
+    resp = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "hello"})
+    assert resp.json()["message"]["content"] == "Roses are red."  # still version 1
+    newer = await make_session(client)
+    assert (await client.get(f"/v1/sessions/{newer}")).json()["agent_version"] == 2
+    resp = await client.post(f"/v1/sessions/{newer}/messages", json={"message": "hello"})
+    assert resp.json()["message"]["content"] == "hello"
+
+
+async def test_memory_get_put_reset(client: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    assert (await client.get(f"/v1/sessions/{sid}/memory")).json() == {"memory": []}
+    state = {
+        "memory": [
+            {"content": "my name is Ada", "sender": "user"},
+            {"content": "Hello Ada", "sender": "AsyncAgent"},
+        ]
+    }
+    put = await client.put(f"/v1/sessions/{sid}/memory", json=state)
+    assert put.status_code == 200, put.text
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    assert [(m["sender"], m["content"]) for m in memory] == [
+        ("user", "my name is Ada"), ("AsyncAgent", "Hello Ada")
+    ]
+    assert memory[0]["stream_state"] == 0
+    # The next turn sees the imported memory and appends to it.
+    await client.post(f"/v1/sessions/{sid}/messages", json={"message": "again"})
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    assert [m["content"] for m in memory] == ["my name is Ada", "Hello Ada", "again", "again"]
+    reset = await client.post(f"/v1/sessions/{sid}/reset")
+    assert reset.status_code == 200 and reset.json()["id"] == sid
+    assert (await client.get(f"/v1/sessions/{sid}/memory")).json() == {"memory": []}
+
+
+async def test_memory_put_rejects_bad_messages(client: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    bad = await client.put(f"/v1/sessions/{sid}/memory", json={"memory": [{"sender": "user"}]})
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "memory"
+    bad = await client.put(f"/v1/sessions/{sid}/memory", json={"memory": "text"})
+    assert bad.status_code == 422
+    bad = await client.put(f"/v1/sessions/{sid}/memory", json=[1, 2])
+    assert bad.status_code == 422
+
+
+async def test_other_tenant_sees_404(client: httpx.AsyncClient, client_b: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    for method, path in [
+        ("GET", f"/v1/sessions/{sid}"),
+        ("DELETE", f"/v1/sessions/{sid}"),
+        ("GET", f"/v1/sessions/{sid}/memory"),
+        ("POST", f"/v1/sessions/{sid}/reset"),
+        ("GET", f"/v1/sessions/{sid}/runs"),
+    ]:
+        resp = await client_b.request(method, path)
+        assert resp.status_code == 404, (method, path)
+    resp = await client_b.post(f"/v1/sessions/{sid}/messages", json={"message": "x"})
+    assert resp.status_code == 404
+    resp = await client_b.put(f"/v1/sessions/{sid}/memory", json={"memory": []})
+    assert resp.status_code == 404
+    assert (await client_b.get("/v1/sessions")).json()["data"] == []
