@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import json
+import subprocess
+import sys
 from typing import Annotated, Any, List, Literal, Optional  # noqa: UP035 - List is under test
 
 import pytest
@@ -248,3 +250,13 @@ def test_parameter_named_like_pydantic_attributes() -> None:
 
     result = Odd()({"json": "j", "model_config": 2})
     assert result.format_result() == '["j", 2]'
+
+
+def test_package_imports_without_the_sandbox() -> None:
+    code = (
+        "import sys, agents.actions as a; "
+        "assert 'jupyter_client' not in sys.modules; "
+        "assert 'agents.actions.ipython' not in sys.modules; "
+        "assert a.get_plugin_prompt and a.WebBrowser and a.current_session_id"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -141,3 +143,11 @@ def test_api_roles() -> None:
         {"role": "system", "content": "result"},
         {"role": "tool", "content": "r", "tool_call_id": "c1"},
     ]
+
+
+def test_importing_agents_llms_never_imports_vllm() -> None:
+    code = (
+        "import sys, agents.llms as m; assert 'vllm' not in sys.modules; "
+        "assert 'VllmModel' in m.__all__ and 'agents.llms.vllm' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
