@@ -53,7 +53,10 @@ def serve(args: argparse.Namespace) -> int:
         create_app(settings),
         host=settings.host,
         port=settings.port,
-        log_level="info",
+        log_level=settings.log_level.lower(),
+        # Logging is app.ops' (JSON/text with request ids); requests are logged by ACCESS_LOG.
+        log_config=None,
+        access_log=False,
         proxy_headers=True,
     )
     return 0

@@ -29,7 +29,8 @@ _VALID_REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 _ACCESS = logging.getLogger("agentstation.access")
 # Attributes every LogRecord has; anything else on a record came from ``extra=`` and is logged.
 _STANDARD_ATTRS = frozenset(
-    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
+    | {"message", "asctime", "color_message"}  # uvicorn's copy of the message with ANSI colours
 )
 _HANDLER_MARK = "_agentstation_handler"
 
