@@ -189,9 +189,10 @@ class BaseAgent:
     async def _stream(
         self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
     ) -> AsyncIterator[AgentMessage]:
-        inputs = await apply_hooks(
+        hooked = await apply_hooks(
             self._hooks.values(), "before_agent", self, _to_messages(message), session_id
         )
+        inputs = _to_messages((hooked,)) if isinstance(hooked, AgentMessage | str) else hooked
         self.update_memory(inputs, session_id=session_id)
         held: AgentMessage | None = None  # an END chunk: the reply, unless more chunks follow
         last: Any = None

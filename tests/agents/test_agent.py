@@ -105,6 +105,16 @@ async def test_sync_and_async_hooks_run_around_the_call() -> None:
     assert [m.content for m in agent.memory.get_memory(7)] == ["HI", "ok"]  # type: ignore[union-attr]
 
 
+async def test_before_agent_may_return_a_single_message() -> None:
+    class Replace(Hook):
+        def before_agent(self, agent: Any, messages: list[AgentMessage], session_id: Any) -> Any:
+            return AgentMessage(sender="user", content="replaced")
+
+    llm = ScriptedLLM(["ok"])
+    await AsyncAgent(llm, hooks=Replace())("original")
+    assert llm.calls[0]["messages"] == [{"role": "user", "content": "replaced"}]
+
+
 async def test_removed_hook_no_longer_runs() -> None:
     hook = Recorder()
     agent = AsyncAgent(ScriptedLLM(["a", "b"]))
