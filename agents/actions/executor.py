@@ -8,37 +8,14 @@ a bad call: unknown tools and bad arguments are ``ARGS_ERROR``, tool failures ``
 
 from __future__ import annotations
 
-import inspect
-import itertools
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from agents.actions.base import OPENAI_SEPARATOR, BaseAction, current_session_id, to_openai_tools
 from agents.actions.builtins import FinishAction, InvalidAction, NoAction
 from agents.actions.signature import JsonSchema
+from agents.hooks import Hook, RemovableHandle, apply_hooks
 from agents.schema import ActionReturn, ActionStatusCode, ActionValidCode, AgentMessage
-
-
-class ActionHook(Protocol):
-    """What an executor hook may implement (``agents.hooks.Hook`` does); both are optional.
-
-    Each may be sync or async and returns a replacement message or None.
-    """
-
-    def before_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any: ...
-    def after_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any: ...
-
-
-class HookHandle:
-    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
-
-    _ids = itertools.count()
-
-    def __init__(self, hooks: dict[int, Any]) -> None:
-        self.hooks, self.id = hooks, next(self._ids)
-
-    def remove(self) -> None:
-        self.hooks.pop(self.id, None)
 
 
 class _Executor:
@@ -51,7 +28,7 @@ class _Executor:
         no_action: BaseAction | None = None,
         finish_action: BaseAction | None = None,
         finish_in_action: bool = False,
-        hooks: Iterable[Any] | None = None,
+        hooks: Iterable[Hook] | None = None,
     ) -> None:
         items = [actions] if isinstance(actions, BaseAction) else list(actions)
         self.finish_action = finish_action or FinishAction()
@@ -63,7 +40,7 @@ class _Executor:
         self.actions: dict[str, BaseAction] = {a.name: a for a in items}
         self.invalid_action = invalid_action or InvalidAction()
         self.no_action = no_action or NoAction()
-        self._hooks: dict[int, Any] = {}
+        self._hooks: dict[int, Hook] = {}
         for hook in hooks or []:
             self.register_hook(hook)
 
@@ -81,9 +58,9 @@ class _Executor:
     def __delitem__(self, name: str) -> None:
         del self.actions[name]
 
-    def register_hook(self, hook: Any) -> HookHandle:
-        """Add a hook with ``before_action`` / ``after_action``; ``handle.remove()`` drops it."""
-        handle = HookHandle(self._hooks)
+    def register_hook(self, hook: Hook) -> RemovableHandle:
+        """Add a hook (its ``before_action`` / ``after_action``); ``handle.remove()`` drops it."""
+        handle = RemovableHandle(self._hooks)
         self._hooks[handle.id] = hook
         return handle
 
@@ -158,16 +135,10 @@ class _Executor:
         return await self._run_hooks("after_action", response, session_id)
 
     async def _run_hooks(self, stage: str, message: AgentMessage, session_id: Any) -> AgentMessage:
-        for hook in list(self._hooks.values()):
-            method = getattr(hook, stage, None)
-            if method is None:
-                continue
-            result = method(self, message, session_id)
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                message = result
-        return message
+        result: AgentMessage = await apply_hooks(
+            list(self._hooks.values()), stage, self, message, session_id
+        )
+        return result
 
 
 def _unpack(content: Any) -> tuple[str, Any, str | None]:

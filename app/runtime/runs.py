@@ -86,6 +86,8 @@ class RunManager:
         self.jobs: dict[str, Job] = {}
         self.channels: dict[str, RunChannel] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        # Called with each run this process finished (ops: metrics and the "run finished" log).
+        self.on_finished: Callable[[Run], None] | None = None
 
     public = staticmethod(run_public)
 

@@ -16,6 +16,7 @@ from agents.actions import (
     current_session_id,
     tool_api,
 )
+from agents.hooks import Hook
 from agents.schema import ActionReturn, ActionStatusCode, ActionValidCode, AgentMessage
 
 
@@ -146,7 +147,7 @@ def test_sync_executor_same_behaviour() -> None:
     assert executor.keys() == ["Notes"] and "Notes" in executor
 
 
-class Recorder:
+class Recorder(Hook):
     def __init__(self) -> None:
         self.seen: list[tuple[str, Any, Any]] = []
 
@@ -159,7 +160,7 @@ class Recorder:
         self.seen.append(("after", message.content.format_result(), session_id))
 
 
-class Tagger:
+class Tagger(Hook):
     def after_action(self, executor: Any, message: AgentMessage, session_id: Any) -> AgentMessage:
         return AgentMessage(sender="tagged", content=message.content)
 
