@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -10,6 +11,8 @@ from typing import Any
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages
 from app.ops.budget import BudgetedLLM, check_current_budget
 from app.ops.metrics import Metrics
+
+log = logging.getLogger("agentstation.runs")
 
 
 class InstrumentedLLM(BudgetedLLM):
@@ -72,3 +75,24 @@ def observe_runs(
         metrics.set_active_sessions(len(sessions))
 
     metrics.add_sampler(sample)
+
+
+def record_run(metrics: Metrics, run: Any) -> None:
+    """Count a finished run, time it, and log one line about it (in the run's context)."""
+    start = run.started_at or run.created_at
+    duration = (run.finished_at - start).total_seconds() if run.finished_at and start else 0.0
+    metrics.run_finished(run.status, duration)
+    log.info(
+        "run %s %s (%s) in %.2fs",
+        run.id,
+        run.status,
+        run.stop_reason,
+        duration,
+        extra={
+            "status": run.status,
+            "stop_reason": run.stop_reason,
+            "duration_s": round(duration, 3),
+            "prompt_tokens": run.prompt_tokens,
+            "completion_tokens": run.completion_tokens,
+        },
+    )

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 
 from app.ops.budget import BudgetExceeded
 from app.ops.config import OpsSettings
-from app.ops.instrument import instrument_models, observe_runs, sample_kernel_pool
+from app.ops.instrument import instrument_models, observe_runs, record_run, sample_kernel_pool
 from app.ops.logging import RequestIdMiddleware, configure_logging
 from app.ops.metrics import Metrics, MetricsMiddleware
 from app.ops.ratelimit import RateLimit, RateLimitMiddleware, TokenBucketLimiter
@@ -92,6 +92,8 @@ def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
             sample_kernel_pool(metrics, state.kernel_pool)
 
     observe_runs(metrics, jobs, kernel_sessions)
+    if state.runs is not None:
+        state.runs.on_finished = lambda run: record_run(metrics, run)
     metrics.add_sampler(sample_pool)
 
     async def on_session_deleted(tenant_id: str, session_id: str) -> None:

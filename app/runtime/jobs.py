@@ -42,6 +42,7 @@ class Job:
     tenant_id: str
     session_pk: str
     session_id: str
+    agent_name: str
     spec: AgentSpec
     message: AgentMessage
     gen_params: dict[str, Any]
@@ -72,7 +73,7 @@ async def execute(manager: RunManager, job: Job) -> None:
             await _set(manager, job.run_id, status="running", started_at=utcnow())
             async with manager.sessionmaker() as db:
                 before = await load_state(db, job.session_pk)
-            agent = manager.build_agent(job.spec)
+            agent = manager.build_agent(job.spec, job.agent_name)
             if before:
                 agent.load_state_dict(before, session_id=job.session_key)
             await run_turn(agent, job.message, job.session_key, job.gen_params, job.channel, result)
@@ -130,6 +131,8 @@ async def _finish(
         run.prompt_tokens = result.usage.prompt_tokens
         run.completion_tokens = result.usage.completion_tokens
         run.finished_at = utcnow()
+    if manager.on_finished is not None:
+        manager.on_finished(run)
     public = manager.public(run)
     if status == "completed":
         await job.channel.emit("run.completed", {"run": public}, durable=True)
