@@ -49,8 +49,8 @@ class StrParser:
         return str(format_model)
 
     def format_response(self, parsed: Any) -> str:
-        """Render a parsed reply back to model text."""
-        raise NotImplementedError
+        """Render a parsed reply back to model text (plain text: as is)."""
+        return str(parsed)
 
     def parse_response(self, data: str) -> Any:
         """Parse a model reply."""
