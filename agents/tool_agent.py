@@ -89,11 +89,11 @@ class _ToolLoop(BaseAgent):
             code = parsed["status"] == 1 and isinstance(parsed["action"], str)
             self.update_memory(reply, session_id=session_id)
             state = AgentStatusCode.CODING if code else AgentStatusCode.PLUGIN_START
-            yield reply.model_copy(update={"stream_state": state})
+            yield reply.model_copy(update={"stream_state": state}, deep=True)
             result = await self._run_tool(reply, session_id)
             self.update_memory(result, session_id=session_id)
             state = AgentStatusCode.CODE_RETURN if code else AgentStatusCode.PLUGIN_RETURN
-            yield result.model_copy(update={"stream_state": state})
+            yield result.model_copy(update={"stream_state": state}, deep=True)
 
     async def _run_tool(self, reply: AgentMessage, session_id: SessionId) -> AgentMessage:
         """The tool result message for a call (or for a call that failed to parse)."""
