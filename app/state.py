@@ -29,10 +29,10 @@ class AppState:
     kernel_pool: Any | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
-    def build_agent(self, spec: AgentSpec) -> ServableAgent:
+    def build_agent(self, spec: AgentSpec, name: str | None = None) -> ServableAgent:
         """A fresh agent object for ``spec`` with this process's models and kernels."""
         llms = {name: h.llm for name, h in self.models.handles.items()}
-        ctx = BuildContext(llms=llms, kernel_pool=self.kernel_pool)
+        ctx = BuildContext(llms=llms, kernel_pool=self.kernel_pool, name=name)
         return self.registry.build(spec, ctx)
 
     @property

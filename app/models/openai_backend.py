@@ -82,7 +82,5 @@ def create_openai_handle(config: dict[str, Any]) -> ModelHandle:
     base_url = str(config.get("base_url") or "https://api.openai.com/v1")
     model = str(config.get("model") or config["name"])
     timeout = float(config.get("timeout_s", 600))
-    llm = AsyncGPTAPI(
-        model_type=model, key=key or "EMPTY", api_base=base_url, **config.get("gen_params", {})
-    )
+    llm = AsyncGPTAPI(model, key=key or "EMPTY", base_url=base_url, **config.get("gen_params", {}))
     return OpenAIHandle(config["name"], llm, OpenAIRawBackend(base_url, model, key, timeout))

@@ -46,6 +46,7 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         template=spec.system_prompt,
         output_format=_output_format(spec),
         aggregator=_aggregator(spec),
+        name=ctx.name,
     )
     return _with_gen_params(agent, spec)
 
@@ -61,6 +62,7 @@ def build_tool_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         executor=ctx.registry.build_tools(spec, ctx) or None,
         output_format=_output_format(spec),  # None: the JSON tool-call default
         max_turn=spec.max_turn,
+        name=ctx.name,
     )
     return _with_gen_params(agent, spec)
 

@@ -78,5 +78,5 @@ async def lock_for_transaction(db: object, key: str) -> None:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     assert isinstance(db, AsyncSession)
-    if db.bind.dialect.name == "postgresql":
+    if db.get_bind().dialect.name == "postgresql":
         await db.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key("admit:" + key))))

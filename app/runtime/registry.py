@@ -44,7 +44,7 @@ class BuildContext:
 
     llms: dict[str, Any]
     kernel_pool: Any | None = None
-    tool_timeout_s: float = 20.0
+    name: str | None = None  # the agent definition's name (the reply's sender)
     registry: Registry | None = None
 
 
@@ -118,7 +118,7 @@ class Registry:
 
     def build_tools(self, spec: AgentSpec, ctx: BuildContext) -> list[Any]:
         """The spec's tool objects."""
-        tools = []
+        tools: list[Any] = []
         for ref in spec.tools:
             config = dict(ref.config)
             if ref.name.startswith("IPython") and ctx.kernel_pool is not None:

@@ -51,7 +51,7 @@ def run_public(run: Run) -> dict[str, Any]:
         id=run.id,
         session_id=run.session_id,
         agent=run.agent,
-        status=run.status,  # type: ignore[arg-type]
+        status=run.status,
         stop_reason=run.stop_reason,
         input=run.input,
         output=run.output,
@@ -60,7 +60,7 @@ def run_public(run: Run) -> dict[str, Any]:
             "prompt_tokens": run.prompt_tokens,
             "completion_tokens": run.completion_tokens,
             "total_tokens": run.prompt_tokens + run.completion_tokens,
-        },  # type: ignore[arg-type]
+        },
         created_at=run.created_at,
         started_at=run.started_at,
         finished_at=run.finished_at,
@@ -74,7 +74,7 @@ class RunManager:
         self,
         engine: AsyncEngine,
         sessionmaker: async_sessionmaker[AsyncSession],
-        build_agent: Callable[[AgentSpec], ServableAgent],
+        build_agent: Callable[[AgentSpec, str | None], ServableAgent],
         flush_s: float = 0.1,
         cancel_timeout_s: float = 1.0,
     ) -> None:
@@ -159,6 +159,7 @@ class RunManager:
             tenant_id=sub.tenant_id,
             session_pk=sub.session.pk,
             session_id=sub.session.id,
+            agent_name=sub.agent_name,
             spec=sub.spec,
             message=input_message(sub.message),
             gen_params=sub.gen_params or {},

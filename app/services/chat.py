@@ -85,7 +85,7 @@ async def stateless_pieces(
     """Run the agent over the request's messages without storing anything."""
     check_ready(state, spec)
     history, text = split_input(req.messages)
-    agent = state.build_agent(spec)
+    agent = state.build_agent(spec, agent_name)
     key = f"stateless:{uuid.uuid4().hex}"
     memory = agent.state_dict(key)
     memory["memory"] = history_messages(history, agent_name)

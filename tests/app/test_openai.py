@@ -1,0 +1,155 @@
+"""OpenAI-compatible /v1/models and /v1/chat/completions through ASGITransport."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.app.conftest import make_agent
+
+
+def _chunks(text: str) -> list[Any]:
+    out: list[Any] = []
+    for block in text.strip().split("\n\n"):
+        assert block.startswith("data: "), block
+        payload = block[len("data: ") :]
+        out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+async def test_models_lists_agents_and_raw_models(client: httpx.AsyncClient) -> None:
+    await make_agent(client, "helper")
+    data = (await client.get("/v1/models")).json()
+    assert data["object"] == "list"
+    ids = [m["id"] for m in data["data"]]
+    assert ids == ["helper", "echo", "poet", "slow"]
+    assert all(m["owned_by"] == "agentstation" and m["object"] == "model" for m in data["data"])
+    assert (await client.get("/v1/models/helper")).json()["id"] == "helper"
+    assert (await client.get("/v1/models/poet")).json()["id"] == "poet"
+    missing = await client.get("/v1/models/nope")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+async def test_agent_completion_stateless(client: httpx.AsyncClient) -> None:
+    await make_agent(client, "helper")
+    resp = await client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "helper",
+            "messages": [
+                {"role": "system", "content": "ignored: the agent has its own"},
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "first"},
+                {"role": "user", "content": "second question"},
+            ],
+            "some_future_field": {"x": 1},
+        },
+    )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["object"] == "chat.completion" and body["model"] == "helper"
+    choice = body["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "second question"}
+    assert choice["finish_reason"] == "stop"
+    # The history (2 words) and the question (2 words) are the prompt.
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    assert (await client.get("/v1/sessions")).json()["data"] == []  # nothing stored
+
+
+async def test_agent_stream_with_usage(client: httpx.AsyncClient) -> None:
+    await make_agent(client, "helper", model="poet")
+    resp = await client.post(
+        "/v1/chat/completions",
+        json={"model": "helper", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+              "stream_options": {"include_usage": True}},
+    )
+    chunks = _chunks(resp.text)
+    assert chunks[-1] == "[DONE]"
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all("role" not in c["choices"][0]["delta"] for c in chunks[1:-2])
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-2])
+    assert text == "Roses are red."
+    assert chunks[-3]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-2]["choices"] == [] and chunks[-2]["usage"]["completion_tokens"] == 3
+
+
+async def test_agent_on_persistent_session(client: httpx.AsyncClient) -> None:
+    await make_agent(client, "helper")
+    headers = {"X-Session-Id": "chat-1"}
+    history: list[dict[str, str]] = [{"role": "user", "content": "one"}]
+    resp = await client.post("/v1/chat/completions", headers=headers,
+                             json={"model": "helper", "messages": history})
+    assert resp.json()["choices"][0]["message"]["content"] == "one"
+    history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": "two"}]
+    resp = await client.post("/v1/chat/completions", headers=headers,
+                             json={"model": "helper", "messages": history, "stream": True})
+    text = "".join(
+        c["choices"][0]["delta"].get("content", "") for c in _chunks(resp.text)[:-1] if c["choices"]
+    )
+    assert text == "two"
+    memory = (await client.get("/v1/sessions/chat-1/memory")).json()["memory"]
+    assert [m["content"] for m in memory] == ["one", "one", "two", "two"]  # only new user turns
+    assert len((await client.get("/v1/sessions/chat-1/runs")).json()["data"]) == 2
+    await make_agent(client, "other")
+    wrong = await client.post("/v1/chat/completions", headers=headers,
+                              json={"model": "other", "messages": history})
+    assert wrong.status_code == 400
+
+
+async def test_raw_model_completion_and_stream(client: httpx.AsyncClient) -> None:
+    body = {"model": "poet", "messages": [{"role": "user", "content": "a poem"}], "n": 2}
+    resp = (await client.post("/v1/chat/completions", json=body)).json()
+    assert [c["message"]["content"] for c in resp["choices"]] == ["Roses are red.", "Violets are blue."]
+    assert resp["usage"]["completion_tokens"] == 6
+    resp = await client.post(
+        "/v1/chat/completions",
+        json={"model": "echo", "messages": [{"role": "user", "content": "a b c d"}], "max_tokens": 2,
+              "stream": True, "stream_options": {"include_usage": True}},
+    )
+    chunks = _chunks(resp.text)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1] if c["choices"])
+    assert text == "a b "
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1] if c["choices"]][-1] == "length"
+    assert chunks[-2]["usage"] == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    stop = (await client.post("/v1/chat/completions", json={
+        "model": "echo", "messages": [{"role": "user", "content": "one two three"}], "stop": [" two"]
+    })).json()
+    assert stop["choices"][0]["message"]["content"] == "one"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        ({"model": "echo", "messages": []}, "messages"),
+        ({"model": "echo", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"model": "echo", "messages": [{"role": "user", "content": "x"}],
+          "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"model": "echo", "messages": [{"role": "user", "content": "x"}], "temperature": 3}, "temperature"),
+        ({"model": "echo", "messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
+        ({"model": "echo", "messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}, "stop"),
+    ],
+)
+async def test_bad_requests_are_400_naming_the_field(
+    client: httpx.AsyncClient, body: dict[str, Any], param: str
+) -> None:
+    resp = await client.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == param
+    assert resp.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_unknown_model_and_bad_agent_input(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/chat/completions",
+                             json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
+    await make_agent(client, "helper")
+    resp = await client.post(
+        "/v1/chat/completions",
+        json={"model": "helper", "messages": [{"role": "user", "content": "x"},
+                                             {"role": "assistant", "content": "y"}], "stream": True},
+    )
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"
