@@ -20,7 +20,9 @@ logger = logging.getLogger(__name__)
 
 VOCAB_SIZE = 2048
 SEED = 0
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Added but not special (as in Qwen2.5): they stay in decoded text for the tool-call parser.
+TOOL_TOKENS = ["<tool_call>", "</tool_call>"]
 EOS_TOKEN = "<|im_end|>"
 # Stdlib modules whose source trains the tokenizer: a fixed list, so the vocabulary is stable.
 CORPUS_MODULES = [
@@ -78,19 +80,20 @@ def _corpus() -> Iterator[str]:
 
 def build_tokenizer(path: Path) -> int:
     """Train the byte-level BPE tokenizer, save it with the chat template; returns its size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=VOCAB_SIZE - len(TOOL_TOKENS),
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=EOS_TOKEN,
