@@ -103,6 +103,7 @@ class KernelPool:
     async def aclose(self) -> None:
         """Stop every kernel and the pool's thread."""
         if self._thread is None or self.closed:
+            self.closed = True
             return
         await self._thread.run(self._aclose())
         self._thread.stop()
@@ -110,6 +111,7 @@ class KernelPool:
     def close(self) -> None:
         """``aclose()`` for sync code."""
         if self._thread is None or self.closed:
+            self.closed = True
             return
         self._thread.run_sync(self._aclose())
         self._thread.stop()
@@ -228,6 +230,7 @@ class KernelPool:
         workdirs.ensure(workdir, uid)
         kernel = self.new_kernel(self.level, secrets.token_hex(4), workdir, uid)
         self.kernels[key] = kernel  # counts against max_kernels while it starts
+        kernel.busy = True  # not a candidate for eviction or idle reaping while starting
         try:
             async with self._start_slots:
                 await kernel.start(self.pool_id)
@@ -235,6 +238,8 @@ class KernelPool:
             self.kernels.pop(key, None)
             kernel.kill()
             raise
+        finally:
+            kernel.busy = False
         return kernel
 
     async def _make_room(self) -> None:
