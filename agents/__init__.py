@@ -11,6 +11,7 @@ from agents.schema import (
     AgentStatusCode,
     ModelStatusCode,
 )
+from agents.task import AsyncTask, Task
 from agents.tool_agent import AsyncToolAgent, ToolAgent
 
 __all__ = [
@@ -24,11 +25,13 @@ __all__ = [
     "AgentStatusCode",
     "AsyncAgent",
     "AsyncSequential",
+    "AsyncTask",
     "AsyncToolAgent",
     "BaseAgent",
     "Memory",
     "MemoryManager",
     "ModelStatusCode",
     "Sequential",
+    "Task",
     "ToolAgent",
 ]
