@@ -10,7 +10,8 @@ import importlib
 from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, BaseLLM, LLMDelta, Usage, usage_scope
-from agents.llms.openai_compat import GPTAPI, APIConnectionError, APIError, AsyncGPTAPI
+from agents.llms.openai_client import APIConnectionError, APIError, OpenAIClient
+from agents.llms.openai_compat import GPTAPI, AsyncGPTAPI
 from agents.llms.scripted import ScriptedLLM, ScriptExhaustedError, SyncScriptedLLM
 from agents.llms.templates import INTERNLM2_META, LLAMA3_META, render_meta_template
 
@@ -27,6 +28,7 @@ __all__ = [
     "AsyncVllmModel",
     "BaseLLM",
     "LLMDelta",
+    "OpenAIClient",
     "ScriptExhaustedError",
     "ScriptedLLM",
     "SyncScriptedLLM",

@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agents.llms import GPTAPI, APIConnectionError, APIError, AsyncGPTAPI, Usage, usage_scope
+from agents.llms import (
+    GPTAPI,
+    APIConnectionError,
+    APIError,
+    AsyncGPTAPI,
+    OpenAIClient,
+    Usage,
+    usage_scope,
+)
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -217,3 +225,20 @@ def _close_thread_loop() -> None:
     from agents import utils
 
     utils._loop().close()
+
+
+async def test_raw_client_relays_requests_for_the_gateway(server: MockOpenAI) -> None:
+    server.plan = [{"words": ["a ", "b"]}, {"words": ["whole"]}]
+    client = OpenAIClient(server.url, "k", model="upstream-model")
+    request = {"model": "alias", "messages": USER, "temperature": 0}
+    chunks = [chunk async for chunk in client.stream(request)]
+    deltas = [c["choices"][0]["delta"].get("content") for c in chunks]
+    assert deltas == ["a ", "b", None] and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    completion = await client.complete(request)
+    assert completion["choices"][0]["message"]["content"] == "whole"
+    await client.aclose()
+    bodies = [r["body"] for r in server.requests]
+    assert [(b["model"], b["stream"], b["temperature"]) for b in bodies] == [
+        ("upstream-model", True, 0),
+        ("upstream-model", False, 0),
+    ]
