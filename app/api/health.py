@@ -38,7 +38,7 @@ async def readyz(state: StateDep) -> JSONResponse:
     pool = state.kernel_pool
     checks["sandbox"] = {
         "level": getattr(pool, "level", None) if pool is not None else None,
-        "min_level": state.settings.sandbox_min_level,
+        "min_level": getattr(getattr(pool, "config", None), "min_level", None),
         "enabled": pool is not None,
     }
     if "sandbox_error" in state.extras:

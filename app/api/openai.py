@@ -129,7 +129,8 @@ def _data(obj: dict[str, Any]) -> str:
 
 def _error(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, AppError):
-        return exc.body()["error"]
+        error: dict[str, Any] = exc.body()["error"]
+        return error
     if isinstance(exc, EngineError):
         return {"message": exc.message, "type": "server_error", "param": None, "code": exc.code}
     log.exception("chat completion stream failed", exc_info=exc)
