@@ -73,6 +73,24 @@ def action_return_text(action_return: ActionReturn) -> str:
     )
 
 
+def tool_call(executor: Any, parsed: dict[str, Any], code_parameter: str = "command") -> Any:
+    """The executor's ``{'name', 'parameters'}`` for a parsed reply (``ToolParser`` output).
+
+    A code string goes to the executor's first tool as ``{code_parameter: code}`` (lagent's
+    InternLMActionProcessor); a failed parse becomes a text the executor rejects as ARGS_ERROR.
+    """
+    action = parsed.get("action")
+    if parsed.get("status") == -1:
+        return f"could not parse the tool call: {action!r}"
+    if isinstance(action, str):
+        name = next(iter(getattr(executor, "actions", None) or {}), None)
+        return {"name": name, "parameters": {code_parameter: action}}
+    if isinstance(action, dict) and "name" in action:
+        params = action.get("parameters", action.get("arguments")) or {}
+        return {"name": action["name"], "parameters": params}
+    return action  # malformed: the executor answers ARGS_ERROR naming the problem
+
+
 class ActionProcessor(Hook):
     """Turns a ``ToolParser`` reply into an executor call, and a result into text.
 
@@ -89,26 +107,10 @@ class ActionProcessor(Hook):
         message = copy.deepcopy(message)
         formatted = message.formatted
         if isinstance(formatted, dict) and "name" in formatted:
-            message.content = {
-                "name": formatted["name"],
-                "parameters": formatted.get("parameters") or {},
-            }
-            return message
-        if not isinstance(formatted, dict) or "action" not in formatted:
-            return message  # not a parsed tool call: the executor reports the bad call
-        action = formatted["action"]
-        if formatted.get("status") == -1:
-            # A failed parse: pass the problem on as text, so the executor answers ARGS_ERROR.
-            message.content = f"could not parse the tool call: {action!r}"
-        elif isinstance(action, str):
-            actions = getattr(executor, "actions", None) or {}
-            name = next(iter(actions), None)
-            message.content = {"name": name, "parameters": {self.code_parameter: action}}
-        elif isinstance(action, dict):
-            message.content = {
-                "name": action.get("name"),
-                "parameters": action.get("parameters") or {},
-            }
+            message.content = tool_call(executor, {"action": formatted}, self.code_parameter)
+        elif isinstance(formatted, dict) and "action" in formatted:
+            message.content = tool_call(executor, formatted, self.code_parameter)
+        # Anything else is not a parsed tool call: the executor reports the bad call.
         return message
 
     def after_action(self, executor: Any, message: AgentMessage, session_id: Any) -> Any:
@@ -129,4 +131,5 @@ __all__ = [
     "RemovableHandle",
     "action_return_text",
     "apply_hooks",
+    "tool_call",
 ]

@@ -15,7 +15,7 @@ from typing import Any, TypeGuard
 
 from agents.agent import Agent, AsyncAgent, BaseAgent
 from agents.aggregator import DefaultAggregator, SystemInstruction, ToolAggregator
-from agents.hooks import Hook, action_return_text
+from agents.hooks import Hook, action_return_text, tool_call
 from agents.llms.base import AsyncBaseLLM
 from agents.memory import Memory, MemorySpec, SessionId
 from agents.parsers import MixedToolParser, ToolParser
@@ -105,7 +105,11 @@ class _ToolLoop(BaseAgent):
             return _result(sender, _error(parsed["action"], errmsg, ActionValidCode.INVALID))
         if self.executor is None:
             return _result(sender, _error(parsed["action"], "No tools are available."))
-        call = AgentMessage(sender=self.name, content=self._call(parsed), formatted=parsed)
+        call = AgentMessage(
+            sender=self.name,
+            content=tool_call(self.executor, parsed, self.code_parameter),
+            formatted=parsed,
+        )
         try:
             run = getattr(self.executor, "acall", None) or self.executor
             out = run(call, session_id)
@@ -116,18 +120,6 @@ class _ToolLoop(BaseAgent):
         if not isinstance(out, AgentMessage):
             out = AgentMessage(sender=sender, content=out)
         return _result(out.sender, out.content)
-
-    def _call(self, parsed: dict[str, Any]) -> Any:
-        """``{'name', 'parameters'}`` for the executor from a parsed action."""
-        action = parsed["action"]
-        if isinstance(action, str):
-            # A code block goes to the first tool (lagent's InternLMActionProcessor).
-            name = next(iter(getattr(self.executor, "actions", None) or {}), None)
-            return {"name": name, "parameters": {self.code_parameter: action}}
-        if isinstance(action, dict) and "name" in action:
-            params = action.get("parameters", action.get("arguments", {}))
-            return {"name": action["name"], "parameters": params}
-        return action  # malformed: the executor answers ARGS_ERROR naming the problem
 
 
 def _is_call(parsed: Any) -> TypeGuard[dict[str, Any]]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from agents import AgentMessage, AgentStatusCode, AsyncToolAgent, ToolAgent
 from agents.actions import ActionExecutor, AsyncActionExecutor, BaseAction, tool_api
+from agents.hooks import ActionProcessor
 from agents.parsers import ToolParser
 from agents.testing import FakeKernel, ScriptedLLM, SyncScriptedLLM
 
@@ -157,3 +158,18 @@ async def test_concurrent_tool_sessions_are_isolated() -> None:
         memory = agent.state_dict(f"s{i}")["memory"]
         assert memory[2]["content"] == f"session {i}"
         assert memory[0]["content"] == f"who am I {i}"
+
+
+async def test_action_processor_hook_turns_parser_output_into_calls() -> None:
+    executor = AsyncActionExecutor([Calc()], hooks=[ActionProcessor()])
+    plugin = ToolParser("plugin", begin="<c>", end="</c>", validate="json")
+
+    async def run(text: str) -> Any:
+        reply = AgentMessage(sender="bot", content=text, formatted=plugin.parse_response(text))
+        return (await executor(reply, session_id=1)).content
+
+    assert await run('<c>{"name": "Calc.add", "arguments": {"a": 1, "b": 2}}</c>') == "3"
+    assert "could not parse the tool call" in await run("<c>{oops</c>")
+    call = {"name": "Calc.add", "parameters": {"a": 2, "b": 2}}
+    direct = AgentMessage(sender="bot", content="", formatted=call)
+    assert (await executor(direct)).content == "4"
