@@ -38,6 +38,8 @@ class MockOpenAI:
         body = await request.json()
         self.requests.append({"body": body, "headers": dict(request.headers)})
         step: dict[str, Any] = self.plan.pop(0) if self.plan else {"words": ["ok"]}
+        if "hang" in step:
+            await asyncio.sleep(step["hang"])
         if "status" in step:
             error = {"error": {"message": "nope"}}
             return web.json_response(error, status=step["status"], headers=step.get("headers"))
@@ -242,3 +244,12 @@ async def test_raw_client_relays_requests_for_the_gateway(server: MockOpenAI) ->
         ("upstream-model", True, 0),
         ("upstream-model", False, 0),
     ]
+
+
+async def test_read_timeout_is_retried_then_raised(server: MockOpenAI) -> None:
+    server.plan = [{"hang": 2, "words": ["late"]}] * 2
+    llm = AsyncGPTAPI("m", base_url=server.url, timeout=0.1, retry=2, backoff_s=0.01)
+    async with llm:
+        with pytest.raises(APIConnectionError, match="failed after 2 attempts"):
+            await llm.chat(USER)
+    assert len(server.requests) == 2
