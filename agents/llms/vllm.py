@@ -146,6 +146,11 @@ class VllmEngine:
     async def generate(self, prompt: Any, sampling: Any) -> AsyncGenerator[Any, None]:
         """``RequestOutput`` deltas under a fresh request id; aborted if the consumer stops."""
         llm = self._live()
+        handler = llm.output_handler
+        if handler is not None and handler.get_loop() is not asyncio.get_running_loop():
+            raise VllmEngineError(
+                "this vLLM engine serves another event loop (one loop per engine)"
+            )
         request_id = f"agents-{uuid.uuid4().hex}"
         gen = llm.generate(prompt, sampling, request_id)
         finished = False
