@@ -37,7 +37,11 @@ def tool_api(func: F) -> F: ...
 @overload
 def tool_api(func: None = None, **options: Any) -> Callable[[F], F]: ...
 def tool_api(func: F | None = None, **options: Any) -> F | Callable[[F], F]:
-    """Mark a method as a tool API; its hints and docstring become its JSON Schema."""
+    """Mark a method as a tool API; its hints and docstring become its JSON Schema.
+
+    lagent's options (``explode_return``, ``returns_named_value``) are accepted so ported
+    code runs; return values are not described in the schema.
+    """
 
     def mark(fn: F) -> F:
         fn.api_spec = build_spec(fn)  # type: ignore[attr-defined]
@@ -60,6 +64,8 @@ class BaseAction:
     __tool_apis__: ClassVar[dict[str, ApiSpec]] = {}
     __tool_description__: ClassVar[dict[str, Any]] = {}
     _is_toolkit: ClassVar[bool] = False
+    #: Sync tool methods run in a worker thread (False: on the event loop, for cheap ones).
+    sync_in_thread: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -152,8 +158,7 @@ class BaseAction:
             if spec.is_async:
                 outputs = await method(**args)
             else:
-                # A blocking tool must not stall the event loop (and every other session).
-                outputs = await asyncio.to_thread(method, **args)
+                outputs = await self._run_sync_method(method, args)
         except Exception as exc:  # the model reads the error and may correct itself
             return self._error(args, f"{type(exc).__name__}: {exc}", ActionStatusCode.API_ERROR)
         if isinstance(outputs, ActionReturn):
@@ -161,6 +166,12 @@ class BaseAction:
             outputs.type = outputs.type or self.name
             return outputs
         return ActionReturn(args=args, type=self.name, result=format_outputs(outputs))
+
+    async def _run_sync_method(self, method: Callable[..., Any], args: dict[str, Any]) -> Any:
+        if not self.sync_in_thread:
+            return method(**args)
+        # A blocking tool must not stall the event loop (and every other session).
+        return await asyncio.to_thread(method, **args)
 
     def __call__(self, inputs: str | dict[str, Any] | None, name: str = "run") -> ActionReturn:
         """lagent's sync call: ``tool('{"a": 1}', 'add')``."""

@@ -20,6 +20,8 @@ __all__ = ["Calculator", "Clock", "FinishAction", "InvalidAction", "NoAction", "
 class InvalidAction(BaseAction):
     """Answers a call to an unknown tool with an error the model can read."""
 
+    sync_in_thread = False  # cheap: no thread hop
+
     def __init__(
         self, err_msg: str = "The action is invalid, please check the action name.",
         description: dict[str, Any] | None = None,
@@ -42,6 +44,8 @@ class InvalidAction(BaseAction):
 class NoAction(BaseAction):
     """Answers a reply that does not follow the tool-call format."""
 
+    sync_in_thread = False  # cheap: no thread hop
+
     def __init__(
         self, err_msg: str = "Please follow the format", description: dict[str, Any] | None = None
     ) -> None:
@@ -62,6 +66,8 @@ class NoAction(BaseAction):
 
 class FinishAction(BaseAction):
     """Returns the final answer."""
+
+    sync_in_thread = False  # cheap: no thread hop
 
     def run(self, response: str) -> ActionReturn:
         """Return the final result.
@@ -95,6 +101,8 @@ _MAX_BITS = 4096  # bounds every intermediate integer: 9**9**9 must fail fast, n
 
 class Calculator(BaseAction):
     """Evaluates arithmetic expressions safely (no Python evaluation)."""
+
+    sync_in_thread = False  # cheap: no thread hop
 
     def run(self, expression: str) -> int | float:
         """Evaluate an arithmetic expression such as ``(2 + 3) * sqrt(16) / 2``.
@@ -135,6 +143,8 @@ def _evaluate(node: ast.AST) -> Any:
 
 class Clock(BaseAction):
     """Tells the current date and time."""
+
+    sync_in_thread = False  # cheap: no thread hop
 
     @tool_api
     def current_time(self, timezone: str = "UTC") -> str:

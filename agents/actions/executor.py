@@ -90,7 +90,7 @@ class _Executor:
                 return self.actions[tool], api
         return None
 
-    async def forward(self, name: str, parameters: Any, **kwargs: Any) -> ActionReturn:
+    async def aforward(self, name: str, parameters: Any, **kwargs: Any) -> ActionReturn:
         """Run one call by name; the result's ``valid`` says whether the tool existed."""
         target = self.resolve(name)
         if target is None:
@@ -128,7 +128,7 @@ class _Executor:
                     state=ActionStatusCode.ARGS_ERROR, valid=ActionValidCode.INVALID,
                 )  # fmt: skip
             else:
-                result = await self.forward(name, parameters, **kwargs)
+                result = await self.aforward(name, parameters, **kwargs)
         finally:
             current_session_id.reset(token)
         response = AgentMessage(sender=type(self).__name__, content=result)
@@ -161,6 +161,10 @@ class AsyncActionExecutor(_Executor):
     ) -> AgentMessage:
         return await self.acall(message, session_id, **kwargs)
 
+    async def forward(self, name: str, parameters: Any, **kwargs: Any) -> ActionReturn:
+        """Run one call by name, without hooks (lagent's ``forward``)."""
+        return await self.aforward(name, parameters, **kwargs)
+
 
 class ActionExecutor(_Executor):
     """Sync executor: ``executor(message, session_id=0)`` (drives the async core)."""
@@ -171,3 +175,9 @@ class ActionExecutor(_Executor):
         from agents.utils import run_sync
 
         return run_sync(self.acall(message, session_id, **kwargs))
+
+    def forward(self, name: str, parameters: Any, **kwargs: Any) -> ActionReturn:
+        """Run one call by name, without hooks (lagent's ``forward``)."""
+        from agents.utils import run_sync
+
+        return run_sync(self.aforward(name, parameters, **kwargs))

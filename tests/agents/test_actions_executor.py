@@ -132,10 +132,28 @@ async def test_sessions_are_routed_concurrently() -> None:
     assert current_session_id.get() == 0  # reset after each call
 
 
-async def test_sync_tools_run_off_the_event_loop() -> None:
+async def test_sync_tools_run_off_the_event_loop_unless_cheap() -> None:
     notes = Notes()
     await AsyncActionExecutor([notes])(call("Notes.read"))
     assert notes.threads and threading.current_thread().name not in notes.threads
+
+    class CheapNotes(Notes):
+        sync_in_thread = False
+
+    cheap = CheapNotes()
+    await AsyncActionExecutor([cheap])(call("CheapNotes.read"))
+    assert cheap.threads == {threading.current_thread().name}
+
+
+async def test_forward_runs_a_call_without_hooks() -> None:
+    recorder = Recorder()
+    executor = AsyncActionExecutor([Notes()], hooks=[recorder])
+    result = await executor.forward("Notes.add", {"text": "x"})
+    assert result.format_result() == "added x" and recorder.seen == []
+
+
+def test_sync_forward() -> None:
+    assert ActionExecutor([Notes()]).forward("Notes.add", '{"text": "y"}').args == {"text": "y"}
 
 
 def test_sync_executor_same_behaviour() -> None:
