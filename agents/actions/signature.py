@@ -189,7 +189,10 @@ def build_spec(func: Callable[..., Any]) -> ApiSpec:
     doc = docstring_parser.parse(inspect.getdoc(func) or "")
     description = "\n\n".join(p for p in (doc.short_description, doc.long_description) if p)
     param_docs = {p.arg_name: p for p in doc.params}
-    hints = typing.get_type_hints(func, include_extras=True)
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except NameError as exc:  # e.g. a type defined inside a function, under PEP 563
+        raise TypeError(f"cannot resolve the type hints of {func.__qualname__}: {exc}") from exc
     properties: dict[str, JsonSchema] = {}
     defs: dict[str, JsonSchema] = {}
     required: list[str] = []

@@ -260,3 +260,36 @@ def test_package_imports_without_the_sandbox() -> None:
         "assert a.get_plugin_prompt and a.WebBrowser and a.current_session_id"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_optional_without_default_tuples_and_sets() -> None:
+    class Shapes(BaseAction):
+        def run(self, size: int | None, pair: tuple[int, str], tags: set[str]) -> str:
+            return "ok"
+
+    assert to_openai_tools(Shapes())[0]["function"]["parameters"] == {
+        "type": "object",
+        "properties": {
+            "size": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "pair": {
+                "type": "array",
+                "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                "minItems": 2,
+                "maxItems": 2,
+            },
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        },
+        "required": ["size", "pair", "tags"],
+    }
+    assert Shapes()({"size": None, "pair": [1, "a"], "tags": ["x"]}).format_result() == "ok"
+
+
+def test_unresolvable_hint_fails_at_class_definition() -> None:
+    class Local:
+        pass
+
+    with pytest.raises(TypeError, match="cannot resolve the type hints of"):
+
+        class Broken(BaseAction):
+            def run(self, thing: Local) -> str:
+                return "never"
