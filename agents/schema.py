@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum, IntEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 
 class ModelStatusCode(IntEnum):
@@ -103,6 +103,17 @@ class AgentMessage(BaseModel):
     receiver: str | None = None
     stream_state: ModelStatusCode | AgentStatusCode = AgentStatusCode.END
 
-    def copy(self, *, deep: bool = False, **_: Any) -> AgentMessage:  # type: ignore[override]
+    @field_validator("stream_state", mode="before")
+    @classmethod
+    def _agent_status(cls, value: Any) -> Any:
+        # A plain int from JSON is an AgentStatusCode (the union would pick ModelStatusCode).
+        if isinstance(value, int) and not isinstance(value, ModelStatusCode):
+            try:
+                return AgentStatusCode(value)
+            except ValueError:
+                return value
+        return value
+
+    def copy(self, *, deep: bool = False, **_: Any) -> AgentMessage:  # type: ignore[override,unused-ignore]
         """lagent's ``msg.copy(deep=True)`` without pydantic's deprecation warning."""
         return self.model_copy(deep=deep)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -16,6 +17,8 @@ def _loop() -> asyncio.AbstractEventLoop:
     if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
         _local.loop = loop
+        # Close the loop when its thread goes away (helper and pool threads), not at GC time.
+        weakref.finalize(threading.current_thread(), loop.close)
     return loop
 
 
@@ -30,8 +33,8 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
     def target() -> None:
         try:
-            result.append(_loop().run_until_complete(coro))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            result.append(asyncio.run(coro))
+        except BaseException as exc:  # re-raised in the caller's thread
             error.append(exc)
 
     thread = threading.Thread(target=target)

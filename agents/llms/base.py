@@ -96,7 +96,9 @@ class _StopWordFilter:
         if self.stopped or not self.stop_words:
             return "" if self.stopped else text
         self.pending += text
-        cut = min((i for i in (self.pending.find(w) for w in self.stop_words) if i >= 0), default=-1)
+        cut = min(
+            (i for i in (self.pending.find(w) for w in self.stop_words) if i >= 0), default=-1
+        )
         if cut >= 0:
             out, self.pending, self.stopped = self.pending[:cut], "", True
             return out
@@ -117,7 +119,9 @@ class AsyncBaseLLM:
     """Async LLM (lagent's ``AsyncBaseLLM``): ``gen_params`` plus optional ``meta_template``."""
 
     def __init__(
-        self, path: str | None = None, meta_template: list[dict[str, Any]] | None = None,
+        self,
+        path: str | None = None,
+        meta_template: list[dict[str, Any]] | None = None,
         **gen_params: Any,
     ) -> None:
         self.path = path
@@ -166,7 +170,9 @@ class AsyncBaseLLM:
                     finish = "stop"
                     break
         finally:
-            await agen.aclose()
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None:  # stop the backend's generation (e.g. a vLLM abort) now
+                await aclose()
         tail = stop.flush()
         if usage is not None:
             record_usage(usage)
@@ -195,7 +201,7 @@ class BaseLLM(AsyncBaseLLM):
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
         if _overrides(self, BaseLLM, "stream_chat"):
-            iterator = iter(self.stream_chat(messages, **params))  # type: ignore[call-overload]
+            iterator = iter(self.stream_chat(messages, **params))
             sentinel = object()
             while (item := await asyncio.to_thread(next, iterator, sentinel)) is not sentinel:
                 yield LLMDelta(text=str(item))
@@ -211,7 +217,7 @@ class BaseLLM(AsyncBaseLLM):
 
         return run_sync(AsyncBaseLLM.chat(self, messages, **kwargs))
 
-    def stream_chat(self, messages: Messages, **kwargs: Any) -> Iterator[str]:  # type: ignore[override]
+    def stream_chat(self, messages: Messages, **kwargs: Any) -> Iterator[str]:  # type: ignore[override,unused-ignore]
         """Text deltas, synchronously."""
         from agents.utils import iterate_sync
 
