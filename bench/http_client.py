@@ -14,8 +14,10 @@ Python 3.11.7, aiohttp 3.14.5, httpx 0.28.1), ``python -m bench.http_client --du
     stream      329     35           208          237           9.3x
     json        320     37           399          381           8.8x
 
-So the OpenAI backend uses aiohttp. OpenAIClient / AsyncGPTAPI add SSE parsing, JSON per
-chunk, stop words and usage on top of raw aiohttp and stay 6-11x httpx.
+Five runs that morning gave aiohttp/httpx 6.8-13.4x streamed and 6.6-13.0x json (the VM is
+shared, so absolute rates move; the ratio stays far above 1). So the OpenAI backend uses
+aiohttp. OpenAIClient / AsyncGPTAPI add SSE parsing, JSON per chunk, stop words and usage on
+top of raw aiohttp and stay 5-11x httpx.
 """
 
 from __future__ import annotations

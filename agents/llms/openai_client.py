@@ -6,8 +6,8 @@ with exponential backoff (honouring ``Retry-After``), never once a stream has st
 Leaving a stream early, or cancelling its task, closes the connection, so the server stops
 generating. It fits the gateway's ``RawChatBackend`` (``complete`` / ``stream``).
 
-aiohttp, not httpx: at 32 concurrent requests to a local mock server aiohttp served about
-10x httpx 0.28's throughput here (``python -m bench.http_client``, bench/README.md).
+aiohttp, not httpx: at 32 concurrent requests to a local mock server aiohttp served 7-13x
+httpx 0.28's throughput here (``python -m bench.http_client``, bench/README.md).
 """
 
 from __future__ import annotations
