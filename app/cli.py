@@ -69,15 +69,19 @@ def migrate(_: argparse.Namespace) -> int:
     return 0
 
 
-async def _create_key(tenant: str) -> str:
+async def _create_key(tenant: str, token_budget: int | None = None) -> str:
     from app.db.engine import create_engine, create_sessionmaker
+    from app.ops.budget_store import set_tenant_budget
     from app.services.auth import create_key
 
     settings = Settings()
     engine = create_engine(settings.database_url)
     try:
         async with create_sessionmaker(engine)() as db, db.begin():
-            return await create_key(db, tenant)
+            key = await create_key(db, tenant)
+            if token_budget is not None:
+                await set_tenant_budget(db, tenant, token_budget)
+            return key
     finally:
         await engine.dispose()
 
@@ -87,7 +91,7 @@ def keys_create(args: argparse.Namespace) -> int:
     settings = Settings()
     if settings.is_sqlite:
         _migrate(settings)
-    print(asyncio.run(_create_key(args.tenant)))
+    print(asyncio.run(_create_key(args.tenant, args.token_budget)))
     return 0
 
 
@@ -110,6 +114,9 @@ def parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys", required=True)
     create = keys.add_parser("create", help="create a key for a tenant")
     create.add_argument("--tenant", required=True)
+    create.add_argument(
+        "--token-budget", type=int, default=None, help="total tokens the tenant may use"
+    )
     create.set_defaults(func=keys_create)
     demo = sub.add_parser("demo-model", help="build the offline demo model")
     demo.add_argument("path")

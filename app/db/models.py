@@ -21,6 +21,10 @@ class Tenant(Base):
 
     id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Token budget over all the tenant's runs (None = unlimited) and the tokens used so far;
+    # a counter, so deleting sessions does not give tokens back (app.ops.budget_store).
+    token_budget: Mapped[int | None] = mapped_column(sa.BigInteger(), nullable=True)
+    tokens_used: Mapped[int] = mapped_column(sa.BigInteger(), default=0, server_default="0")
 
 
 class ApiKey(Base):

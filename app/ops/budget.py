@@ -10,10 +10,12 @@ at the next call boundary with what it produced so far.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
 
@@ -42,6 +44,14 @@ class BudgetExceeded(Exception):
         }
 
 
+class BudgetSpec(BaseModel):
+    """An agent spec's ``budget``: total tokens each session of the agent may use."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_total_tokens: int = Field(ge=1, le=10**12)
+
+
 def session_token_budget(spec: Mapping[str, Any]) -> int | None:
     """``spec["budget"]["max_total_tokens"]`` if set (a positive int), else ``None``."""
     budget = spec.get("budget")
@@ -66,15 +76,15 @@ class Limit:
 
 @dataclass
 class RunBudget:
-    """The budgets a run is subject to, and the run's own usage so far."""
+    """The budgets a run is subject to, and (live) the run's own usage so far."""
 
     limits: list[Limit] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | Callable[[], Usage] = field(default_factory=Usage)
 
     @classmethod
     def build(
         cls,
-        usage: Usage,
+        usage: Usage | Callable[[], Usage],
         session_limit: int | None = None,
         session_used: int = 0,
         tenant_limit: int | None = None,
@@ -88,16 +98,21 @@ class RunBudget:
             limits.append(Limit("tenant", tenant_limit, tenant_used))
         return cls(limits=limits, usage=usage)
 
+    def spent(self) -> int:
+        """Tokens this run used so far."""
+        usage = self.usage() if callable(self.usage) else self.usage
+        return usage.total_tokens
+
     def exhausted(self) -> Limit | None:
         """The first budget used up (before + this run >= limit), if any."""
-        spent = self.usage.total_tokens
+        spent = self.spent()
         return next((lim for lim in self.limits if lim.used + spent >= lim.limit), None)
 
     def check(self) -> None:
         """Raise ``BudgetExceeded`` if any budget is used up."""
         limit = self.exhausted()
         if limit is not None:
-            raise BudgetExceeded(limit.scope, limit.limit, limit.used + self.usage.total_tokens)
+            raise BudgetExceeded(limit.scope, limit.limit, limit.used + self.spent())
 
     preflight = check  # before the run starts: the same test with the run's usage at zero
 

@@ -13,6 +13,9 @@ from agents.schema import AgentMessage
 from app.db.base import utcnow
 from app.db.models import Run
 from app.engines.base import EngineError
+from app.ops.budget import STOP_REASON as BUDGET_STOP
+from app.ops.budget import BudgetExceeded, budget_scope
+from app.ops.budget_store import charge_tenant, load_run_budget
 from app.ops.logging import run_id_var
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, load_message
@@ -73,14 +76,25 @@ async def execute(manager: RunManager, job: Job) -> None:
             await _set(manager, job.run_id, status="running", started_at=utcnow())
             async with manager.sessionmaker() as db:
                 before = await load_state(db, job.session_pk)
+                budget = await load_run_budget(
+                    db, job.tenant_id, job.session_pk, job.spec.budget, lambda: result.usage
+                )
             agent = manager.build_agent(job.spec, job.agent_name)
             if before:
                 agent.load_state_dict(before, session_id=job.session_key)
-            await run_turn(agent, job.message, job.session_key, job.gen_params, job.channel, result)
+            with budget_scope(budget):  # checked before every model call of the turn
+                await run_turn(
+                    agent, job.message, job.session_key, job.gen_params, job.channel, result
+                )
             job.finishing = True
             await _finish(
                 manager, job, "completed", "end", result, before, agent.state_dict(job.session_key)
             )
+    except BudgetExceeded:
+        # Stopped at a model-call boundary: keep what the turn produced so far.
+        job.finishing = True
+        after = agent.state_dict(job.session_key) if agent is not None else None
+        await _guard(_finish(manager, job, "completed", BUDGET_STOP, result, before, after))
     except asyncio.CancelledError:
         mode = job.cancel_mode or "shutdown"
         status, keep = CANCEL_MODES.get(mode, ("cancelled", False))
@@ -131,6 +145,7 @@ async def _finish(
         run.prompt_tokens = result.usage.prompt_tokens
         run.completion_tokens = result.usage.completion_tokens
         run.finished_at = utcnow()
+        await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
     if manager.on_finished is not None:
         manager.on_finished(run)
     public = manager.public(run)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.ops.budget import BudgetSpec
 from app.schemas.common import Name, Page
 
 
@@ -62,6 +63,7 @@ class AgentSpec(BaseModel):
     tools: list[ToolRef] = Field(default_factory=list)
     max_turn: int = Field(default=5, ge=1, le=100)
     sub_agents: dict[str, AgentSpec] = Field(default_factory=dict)
+    budget: BudgetSpec | None = None  # tokens per session (app.ops.budget)
 
 
 AgentName = Annotated[str, Name]

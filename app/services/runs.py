@@ -7,6 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Run
 from app.errors import NotFound, Unavailable
+from app.ops.budget_store import preflight
 from app.runtime.runs import Submission
 from app.schemas.sessions import RunCreate
 from app.services.agents import agent_spec
@@ -22,6 +23,7 @@ async def prepare_submission(
     async with state.sessionmaker() as db:
         row, agent = await get_session(db, tenant_id, session_id)
         spec = await agent_spec(db, agent.id, row.agent_version)
+        await preflight(db, tenant_id, row.pk, spec.budget)  # 429 budget_exceeded when spent
     if spec.model is not None:
         handle = state.models.get(spec.model)
         if handle is None or not handle.ready:

@@ -73,8 +73,10 @@ async def test_metrics_reflect_real_runs_models_and_routes(started: FastAPI) -> 
     assert scraped.status_code == 200
     text = scraped.text
     route = "/v1/sessions/{session_id}/messages"
-    assert metric(text, "agentstation_http_requests_total", method="POST", route=route,
-                  status="200") == 2
+    assert (
+        metric(text, "agentstation_http_requests_total", method="POST", route=route, status="200")
+        == 2
+    )
     assert metric(text, "agentstation_runs_total", status="completed") == 2
     assert metric(text, "agentstation_run_duration_seconds_count", status="completed") == 2
     # The scripted model counts words: "Roses are red." then "Violets are blue." = 3 + 3.

@@ -1,0 +1,70 @@
+"""Budgets in the database: session usage (sum of its runs), tenant budget and counter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents.llms.base import Usage
+from app.db.models import Run, Tenant
+from app.ops.budget import BudgetSpec, RunBudget
+
+
+async def session_tokens(db: AsyncSession, session_pk: str) -> int:
+    """Total tokens of every run of a session."""
+    total = await db.scalar(
+        sa.select(
+            sa.func.coalesce(sa.func.sum(Run.prompt_tokens + Run.completion_tokens), 0)
+        ).where(Run.session_pk == session_pk)
+    )
+    return int(total or 0)
+
+
+async def tenant_budget(db: AsyncSession, tenant_id: str) -> tuple[int | None, int]:
+    """A tenant's (budget, tokens used); unknown tenants have no budget."""
+    row = (
+        await db.execute(
+            sa.select(Tenant.token_budget, Tenant.tokens_used).where(Tenant.id == tenant_id)
+        )
+    ).first()
+    return (None, 0) if row is None else (row.token_budget, int(row.tokens_used or 0))
+
+
+async def load_run_budget(
+    db: AsyncSession,
+    tenant_id: str,
+    session_pk: str,
+    spec_budget: BudgetSpec | None,
+    usage: Usage | Callable[[], Usage],
+) -> RunBudget:
+    """The session's (from the agent spec) and tenant's budgets with what they used before."""
+    session_limit = spec_budget.max_total_tokens if spec_budget is not None else None
+    session_used = await session_tokens(db, session_pk) if session_limit is not None else 0
+    tenant_limit, tenant_used = await tenant_budget(db, tenant_id)
+    return RunBudget.build(usage, session_limit, session_used, tenant_limit, tenant_used)
+
+
+async def preflight(
+    db: AsyncSession, tenant_id: str, session_pk: str, spec_budget: BudgetSpec | None
+) -> None:
+    """Raise ``BudgetExceeded`` (429 ``budget_exceeded``) if a new run could not start."""
+    (await load_run_budget(db, tenant_id, session_pk, spec_budget, Usage())).preflight()
+
+
+async def charge_tenant(db: AsyncSession, tenant_id: str, tokens: int) -> None:
+    """Add a finished run's tokens to its tenant's counter (in the caller's transaction)."""
+    if tokens > 0:
+        await db.execute(
+            sa.update(Tenant)
+            .where(Tenant.id == tenant_id)
+            .values(tokens_used=Tenant.tokens_used + tokens)
+        )
+
+
+async def set_tenant_budget(db: AsyncSession, tenant_id: str, limit: int | None) -> None:
+    """Set (or with ``None`` remove) a tenant's token budget; the tenant must exist."""
+    if limit is not None and limit <= 0:
+        raise ValueError("a token budget must be a positive number of tokens")
+    await db.execute(sa.update(Tenant).where(Tenant.id == tenant_id).values(token_budget=limit))
