@@ -70,5 +70,4 @@ def run_event_response(
         ping=settings.sse_ping_s,
         ping_message_factory=lambda: ServerSentEvent(comment="ping"),
         headers=headers,
-        sep="\n",
     )

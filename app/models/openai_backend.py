@@ -68,8 +68,11 @@ class OpenAIHandle(ModelHandle):
         self._raw = raw
 
     async def close(self) -> None:
-        """Close the HTTP client."""
+        """Close the HTTP clients (raw API and agent LLM)."""
         await self._raw.aclose()
+        aclose = getattr(self.llm, "aclose", None)
+        if aclose is not None:
+            await aclose()
         await super().close()
 
 
