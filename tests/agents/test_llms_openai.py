@@ -55,6 +55,9 @@ class MockOpenAI:
             for word in words:
                 await self._event(resp, {"choices": [{"index": 0, "delta": {"content": word}}]})
                 await asyncio.sleep(step.get("delay", 0))
+            for call in step.get("tool_calls", []):
+                delta = {"tool_calls": [call]}
+                await self._event(resp, {"choices": [{"index": 0, "delta": delta}]})
             if "error" in step:
                 await self._event(resp, {"error": step["error"]})
             last = {"index": 0, "delta": {}, "finish_reason": step.get("finish", "stop")}
@@ -253,3 +256,15 @@ async def test_read_timeout_is_retried_then_raised(server: MockOpenAI) -> None:
         with pytest.raises(APIConnectionError, match="failed after 2 attempts"):
             await llm.chat(USER)
     assert len(server.requests) == 2
+
+
+async def test_native_tool_calls_arrive_in_delta_extra(server: MockOpenAI) -> None:
+    call = {"index": 0, "id": "c1", "function": {"name": "Calculator", "arguments": "{}"}}
+    server.plan = [{"words": [], "tool_calls": [call], "finish": "tool_calls"}]
+    tools = [{"type": "function", "function": {"name": "Calculator", "parameters": {}}}]
+    async with AsyncGPTAPI("m", base_url=server.url) as llm:
+        deltas = [d async for d in llm.astream(USER, tools=tools, tool_choice="auto")]
+    assert deltas[0].extra == {"tool_calls": [call]}
+    assert deltas[-1].finish_reason == "tool_calls"
+    body = server.requests[0]["body"]
+    assert (body["tools"], body["tool_choice"]) == (tools, "auto")
