@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Header, Request, Response
 from app.api.sse import run_event_response
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
 from app.errors import SessionBusy
+from app.ops.budget_store import session_usage
 from app.runtime.runs import RunManager, run_public
 from app.schemas.sessions import (
     RunCreate,
@@ -19,6 +20,7 @@ from app.schemas.sessions import (
     SessionCreate,
     SessionList,
     SessionPublic,
+    UsagePublic,
 )
 from app.services import runs as run_service
 from app.services import sessions as service
@@ -31,7 +33,9 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_lengt
 async def create_session(body: SessionCreate, db: DbDep, who: PrincipalDep) -> SessionPublic:
     """Start a session with an agent."""
     row, agent = await service.create_session(db, who.tenant_id, body)
-    return service.to_public(row, agent.name)
+    public = service.to_public(row, agent.name)
+    public.usage = UsagePublic(prompt_tokens=0, completion_tokens=0, total_tokens=0)  # new
+    return public
 
 
 @router.get("")
@@ -49,9 +53,14 @@ async def list_sessions(
 
 @router.get("/{session_id}")
 async def get_session(session_id: str, db: DbDep, who: PrincipalDep) -> SessionPublic:
-    """One session."""
+    """One session, with its token usage."""
     row, agent = await service.get_session(db, who.tenant_id, session_id)
-    return service.to_public(row, agent.name)
+    public = service.to_public(row, agent.name)
+    prompt, completion = await session_usage(db, row.pk)
+    public.usage = UsagePublic(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+    return public
 
 
 @router.delete("/{session_id}", status_code=204)

@@ -22,6 +22,19 @@ async def session_tokens(db: AsyncSession, session_pk: str) -> int:
     return int(total or 0)
 
 
+async def session_usage(db: AsyncSession, session_pk: str) -> tuple[int, int]:
+    """(prompt, completion) tokens over every run of a session."""
+    row = (
+        await db.execute(
+            sa.select(
+                sa.func.coalesce(sa.func.sum(Run.prompt_tokens), 0),
+                sa.func.coalesce(sa.func.sum(Run.completion_tokens), 0),
+            ).where(Run.session_pk == session_pk)
+        )
+    ).one()
+    return int(row[0]), int(row[1])
+
+
 async def tenant_budget(db: AsyncSession, tenant_id: str) -> tuple[int | None, int]:
     """A tenant's (budget, tokens used); unknown tenants have no budget."""
     row = (

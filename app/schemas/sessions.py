@@ -31,6 +31,7 @@ class SessionPublic(BaseModel):
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    usage: UsagePublic | None = None  # totals over the session's runs (GET of one session)
 
 
 SessionList = Page[SessionPublic]

@@ -66,6 +66,9 @@ async def test_session_budget_stops_the_run_at_the_next_model_call_and_keeps_its
     assert run["status"] == "completed"
     assert run["stop_reason"] == "budget_exceeded"
     assert run["usage"]["total_tokens"] >= 5
+    # The session shows its usage: the sum over its runs.
+    session = (await client.get(f"/v1/sessions/{sid}")).json()
+    assert session["usage"] == run["usage"]
     memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()
     contents = json.dumps(memory)
     assert "What is 6 * 7?" in contents
