@@ -42,10 +42,19 @@ class BlockedAddressError(OSError):
     """The URL resolves to an address the browser may not visit."""
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
 def _check_ip(host: str) -> None:
     ip = ipaddress.ip_address(host)
-    if not ip.is_global or ip.is_multicast:
-        raise BlockedAddressError(f"refusing to fetch non-public address {host}")
+    embedded: ipaddress.IPv4Address | None = None
+    if isinstance(ip, ipaddress.IPv6Address):  # IPv4 hidden in IPv6 must be public too
+        embedded = ip.ipv4_mapped or ip.sixtofour
+        if ip in _NAT64:
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    for addr in (ip, embedded):
+        if addr is not None and (not addr.is_global or addr.is_multicast):
+            raise BlockedAddressError(f"refusing to fetch non-public address {host}")
 
 
 class _PublicResolver(AbstractResolver):

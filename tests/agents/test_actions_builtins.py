@@ -85,7 +85,15 @@ async def test_browser_truncates_and_reports_http_errors(site: str) -> None:
 
 
 async def test_browser_refuses_private_addresses_by_default(site: str) -> None:
-    for url in (site + "/page", "http://localhost:1/", "http://169.254.169.254/latest"):
+    blocked = [
+        site + "/page",
+        "http://localhost:1/",
+        "http://169.254.169.254/latest",
+        "http://[::ffff:127.0.0.1]:1/",
+        "http://[64:ff9b::7f00:1]:1/",
+        "http://[2002:7f00:1::]:1/",
+    ]
+    for url in blocked:
         result = (await browse(WebBrowser(), url)).content
         assert result.state == ActionStatusCode.API_ERROR
         assert "refusing to fetch non-public address" in result.errmsg
