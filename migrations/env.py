@@ -8,11 +8,13 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from app.db.engine import create_engine
-from app.db.models import Base
+from app.db import models
+from app.db.base import Base
 from app.settings import Settings
 
 config = context.config
 target_metadata = Base.metadata
+assert models.Run.__tablename__ in target_metadata.tables  # the tables are registered
 
 
 def _url() -> str:

@@ -1,4 +1,4 @@
-"""Gateway fixtures: an app on SQLite (and on PostgreSQL when AGENTSTATION_TEST_DATABASE_URL is set)."""
+"""Gateway fixtures: an app on SQLite, and on PostgreSQL (AGENTSTATION_TEST_DATABASE_URL)."""
 
 from __future__ import annotations
 
@@ -27,15 +27,18 @@ KEY_A, KEY_B = "key-tenant-a", "key-tenant-b"
 MODELS = [
     {"name": "echo", "backend": "scripted"},
     {"name": "poet", "backend": "scripted", "replies": ["Roses are red.", "Violets are blue."]},
-    {"name": "slow", "backend": "scripted", "replies": ["one two three four five six seven eight nine ten"] , "chunk_delay_s": 0.2},
+    {
+        "name": "slow",
+        "backend": "scripted",
+        "replies": ["one two three four five six seven eight nine ten"],
+        "chunk_delay_s": 0.2,
+    },
 ]
 
 
 def _backends() -> list[Any]:
     params: list[Any] = ["sqlite"]
-    params.append(
-        pytest.param("postgres", marks=[pytest.mark.postgres])
-    )
+    params.append(pytest.param("postgres", marks=[pytest.mark.postgres]))
     return params
 
 
@@ -161,3 +164,12 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
         if frame:
             frames.append(frame)
     return frames
+
+
+async def wait_runs(client: httpx.AsyncClient, sid: str, count: int) -> None:
+    """Until the session has ``count`` runs (queued ones included)."""
+    for _ in range(1000):
+        if len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"session {sid} never had {count} runs")

@@ -22,7 +22,11 @@ def live_server(settings: Settings) -> Iterator[str]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        create_app(settings), log_level="warning", ws="none", lifespan="on", timeout_graceful_shutdown=2
+        create_app(settings),
+        log_level="warning",
+        ws="none",
+        lifespan="on",
+        timeout_graceful_shutdown=2,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -54,15 +54,27 @@ async def test_duplicate_name_is_409(client: httpx.AsyncClient) -> None:
         ({"model": "nope"}, "spec.model", "unknown_model"),
         ({"model": "echo", "kind": "wizard"}, "spec.kind", "unknown_kind"),
         (
-            {"model": "echo", "kind": "tool_agent", "tools": [{"name": "Calculator"}, {"name": "Nope"}]},
+            {
+                "model": "echo",
+                "kind": "tool_agent",
+                "tools": [{"name": "Calculator"}, {"name": "Nope"}],
+            },
             "spec.tools[1].name",
             "unknown_tool",
         ),
         ({"model": "echo", "tools": [{"name": "Calculator"}]}, "spec.tools", "tools_not_supported"),
-        ({"model": "echo", "gen_params": {"temperature": 9}}, "spec.gen_params.temperature", "invalid_value"),
+        (
+            {"model": "echo", "gen_params": {"temperature": 9}},
+            "spec.gen_params.temperature",
+            "invalid_value",
+        ),
         ({"model": "echo", "gen_params": {"bogus": 1}}, "spec.gen_params.bogus", "invalid_value"),
         ({"model": "echo", "max_turn": 0}, "spec.max_turn", "invalid_value"),
-        ({"model": "echo", "sub_agents": {"w": {"model": "zzz"}}}, "spec.sub_agents.w.model", "unknown_model"),
+        (
+            {"model": "echo", "sub_agents": {"w": {"model": "zzz"}}},
+            "spec.sub_agents.w.model",
+            "unknown_model",
+        ),
         ({}, "spec.model", "missing_field"),
     ],
 )
@@ -97,8 +109,10 @@ async def test_update_validates_and_unknown_is_404(client: httpx.AsyncClient) ->
 async def test_tool_agent_with_registered_tools(client: httpx.AsyncClient) -> None:
     resp = await client.post(
         "/v1/agents",
-        json={"name": "calc", "spec": {"kind": "tool_agent", "model": "echo",
-                                       "tools": [{"name": "Calculator"}]}},
+        json={
+            "name": "calc",
+            "spec": {"kind": "tool_agent", "model": "echo", "tools": [{"name": "Calculator"}]},
+        },
     )
     assert resp.status_code == 201, resp.text
 

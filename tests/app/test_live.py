@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from app.settings import Settings
-from tests.app.conftest import KEY_A, make_agent, make_session, parse_sse
+from tests.app.conftest import KEY_A, make_agent, make_session, parse_sse, wait_runs
 from tests.app.live import live_server
 
 pytestmark = pytest.mark.live
@@ -83,8 +83,9 @@ async def test_sse_resume_after_drop_while_run_continues(http: httpx.AsyncClient
 async def test_drop_cancels_by_default(http: httpx.AsyncClient) -> None:
     await make_agent(http, model="slow")
     sid = await make_session(http)
-    async with http.stream("POST", f"/v1/sessions/{sid}/messages",
-                           json={"message": "go", "stream": True}) as resp:
+    async with http.stream(
+        "POST", f"/v1/sessions/{sid}/messages", json={"message": "go", "stream": True}
+    ) as resp:
         run_id = resp.headers["content-location"].rsplit("/", 1)[1]
         await _read_events(resp, limit=2)
     for _ in range(100):
@@ -98,8 +99,9 @@ async def test_drop_cancels_by_default(http: httpx.AsyncClient) -> None:
 async def test_busy_409_then_cancel_within_a_second(http: httpx.AsyncClient) -> None:
     await make_agent(http, model="slow")
     sid = await make_session(http)
-    async with http.stream("POST", f"/v1/sessions/{sid}/messages",
-                           json={"message": "go", "stream": True}) as resp:
+    async with http.stream(
+        "POST", f"/v1/sessions/{sid}/messages", json={"message": "go", "stream": True}
+    ) as resp:
         run_id = resp.headers["content-location"].rsplit("/", 1)[1]
         events = Events(resp)
         await events.read(limit=2)
@@ -120,15 +122,15 @@ async def test_enqueue_keeps_order(http: httpx.AsyncClient) -> None:
     sid = await make_session(http)
 
     async def send(text: str) -> dict[str, Any]:
-        resp = await http.post(f"/v1/sessions/{sid}/messages",
-                               json={"message": text, "multitask_strategy": "enqueue"})
+        resp = await http.post(
+            f"/v1/sessions/{sid}/messages", json={"message": text, "multitask_strategy": "enqueue"}
+        )
         return dict(resp.json()["run"])
 
     runs = []
     for count, text in enumerate(("a", "b", "c"), start=1):
         runs.append(asyncio.create_task(send(text)))
-        while len((await http.get(f"/v1/sessions/{sid}/runs")).json()["data"]) < count:
-            await asyncio.sleep(0.01)  # each message is queued before the next is sent
+        await wait_runs(http, sid, count)  # each message is queued before the next is sent
     done = [await r for r in runs]
     assert [r["status"] for r in done] == ["completed"] * 3
     assert done[0]["finished_at"] <= done[1]["started_at"] <= done[1]["finished_at"]
@@ -143,7 +145,9 @@ async def sdk(base_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
         yield c
 
 
-async def test_openai_sdk_non_stream_and_stream(http: httpx.AsyncClient, sdk: openai.AsyncOpenAI) -> None:
+async def test_openai_sdk_non_stream_and_stream(
+    http: httpx.AsyncClient, sdk: openai.AsyncOpenAI
+) -> None:
     await make_agent(http, "helper", model="poet")
     reply = await sdk.chat.completions.create(
         model="helper", messages=[{"role": "user", "content": "hi"}]
@@ -151,7 +155,9 @@ async def test_openai_sdk_non_stream_and_stream(http: httpx.AsyncClient, sdk: op
     assert reply.choices[0].message.content == "Roses are red."
     assert reply.choices[0].finish_reason == "stop" and reply.usage is not None
     stream = await sdk.chat.completions.create(
-        model="poet", messages=[{"role": "user", "content": "hi"}], stream=True,
+        model="poet",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
         stream_options={"include_usage": True},
     )
     pieces, usage = [], None
@@ -180,7 +186,7 @@ async def test_openai_sdk_errors(sdk: openai.AsyncOpenAI, base_url: str) -> None
         await sdk.chat.completions.create(
             model="echo", messages=[{"role": "user", "content": "x"}], temperature=5
         )
-    assert bad.value.param == "temperature"  # type: ignore[attr-defined]
+    assert bad.value.param == "temperature"
     async with openai.AsyncOpenAI(api_key="wrong", base_url=f"{base_url}/v1", max_retries=0) as c:
         with pytest.raises(openai.AuthenticationError):
             await c.models.list()
@@ -189,8 +195,17 @@ async def test_openai_sdk_errors(sdk: openai.AsyncOpenAI, base_url: str) -> None
 async def test_openai_backend_against_a_live_upstream(
     base_url: str, settings_factory: Callable[..., Settings]
 ) -> None:
-    models = json.dumps([{"name": "remote", "backend": "openai", "base_url": f"{base_url}/v1",
-                          "model": "poet", "api_key_env": "UPSTREAM_KEY"}])
+    models = json.dumps(
+        [
+            {
+                "name": "remote",
+                "backend": "openai",
+                "base_url": f"{base_url}/v1",
+                "model": "poet",
+                "api_key_env": "UPSTREAM_KEY",
+            }
+        ]
+    )
     import os
 
     os.environ["UPSTREAM_KEY"] = KEY_A
@@ -198,8 +213,10 @@ async def test_openai_backend_against_a_live_upstream(
         with live_server(settings_factory(models=models, api_keys="z:zkey")) as gateway:
             headers = {"Authorization": "Bearer zkey"}
             async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=30) as c:
-                raw = await c.post("/v1/chat/completions", json={
-                    "model": "remote", "messages": [{"role": "user", "content": "x"}]})
+                raw = await c.post(
+                    "/v1/chat/completions",
+                    json={"model": "remote", "messages": [{"role": "user", "content": "x"}]},
+                )
                 assert raw.json()["choices"][0]["message"]["content"] == "Roses are red."
                 await make_agent(c, "relay", model="remote")
                 sid = await make_session(c, "relay")

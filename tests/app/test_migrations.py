@@ -12,7 +12,8 @@ from sqlalchemy.engine import Connection
 
 from app.db.engine import create_engine
 from app.db.migrate import alembic_config
-from app.db.models import Base
+from app.db import models
+from app.db.base import Base
 
 
 def _head(url: str) -> str | None:
@@ -21,6 +22,7 @@ def _head(url: str) -> str | None:
 
 def _diff(conn: Connection) -> list[Any]:
     context = MigrationContext.configure(conn, opts={"compare_type": True})
+    assert "runs" in Base.metadata.tables and models.Run.__tablename__ == "runs"
     return list(compare_metadata(context, Base.metadata))
 
 
@@ -30,7 +32,9 @@ async def test_upgrade_head_has_no_drift(database_url: str) -> None:
     try:
         async with engine.connect() as conn:
             assert await conn.run_sync(_diff) == []
-            version = (await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).scalar()
+            version = (
+                await conn.exec_driver_sql("SELECT version_num FROM alembic_version")
+            ).scalar()
             assert version == _head(database_url)
     finally:
         await engine.dispose()

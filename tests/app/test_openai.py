@@ -63,8 +63,12 @@ async def test_agent_stream_with_usage(client: httpx.AsyncClient) -> None:
     await make_agent(client, "helper", model="poet")
     resp = await client.post(
         "/v1/chat/completions",
-        json={"model": "helper", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-              "stream_options": {"include_usage": True}},
+        json={
+            "model": "helper",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
     )
     chunks = _chunks(resp.text)
     assert chunks[-1] == "[DONE]"
@@ -80,12 +84,16 @@ async def test_agent_on_persistent_session(client: httpx.AsyncClient) -> None:
     await make_agent(client, "helper")
     headers = {"X-Session-Id": "chat-1"}
     history: list[dict[str, str]] = [{"role": "user", "content": "one"}]
-    resp = await client.post("/v1/chat/completions", headers=headers,
-                             json={"model": "helper", "messages": history})
+    resp = await client.post(
+        "/v1/chat/completions", headers=headers, json={"model": "helper", "messages": history}
+    )
     assert resp.json()["choices"][0]["message"]["content"] == "one"
     history += [{"role": "assistant", "content": "one"}, {"role": "user", "content": "two"}]
-    resp = await client.post("/v1/chat/completions", headers=headers,
-                             json={"model": "helper", "messages": history, "stream": True})
+    resp = await client.post(
+        "/v1/chat/completions",
+        headers=headers,
+        json={"model": "helper", "messages": history, "stream": True},
+    )
     text = "".join(
         c["choices"][0]["delta"].get("content", "") for c in _chunks(resp.text)[:-1] if c["choices"]
     )
@@ -94,29 +102,45 @@ async def test_agent_on_persistent_session(client: httpx.AsyncClient) -> None:
     assert [m["content"] for m in memory] == ["one", "one", "two", "two"]  # only new user turns
     assert len((await client.get("/v1/sessions/chat-1/runs")).json()["data"]) == 2
     await make_agent(client, "other")
-    wrong = await client.post("/v1/chat/completions", headers=headers,
-                              json={"model": "other", "messages": history})
+    wrong = await client.post(
+        "/v1/chat/completions", headers=headers, json={"model": "other", "messages": history}
+    )
     assert wrong.status_code == 400
 
 
 async def test_raw_model_completion_and_stream(client: httpx.AsyncClient) -> None:
     body = {"model": "poet", "messages": [{"role": "user", "content": "a poem"}], "n": 2}
     resp = (await client.post("/v1/chat/completions", json=body)).json()
-    assert [c["message"]["content"] for c in resp["choices"]] == ["Roses are red.", "Violets are blue."]
+    assert [c["message"]["content"] for c in resp["choices"]] == [
+        "Roses are red.",
+        "Violets are blue.",
+    ]
     assert resp["usage"]["completion_tokens"] == 6
     resp = await client.post(
         "/v1/chat/completions",
-        json={"model": "echo", "messages": [{"role": "user", "content": "a b c d"}], "max_tokens": 2,
-              "stream": True, "stream_options": {"include_usage": True}},
+        json={
+            "model": "echo",
+            "messages": [{"role": "user", "content": "a b c d"}],
+            "max_tokens": 2,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
     )
     chunks = _chunks(resp.text)
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1] if c["choices"])
     assert text == "a b "
     assert [c["choices"][0]["finish_reason"] for c in chunks[:-1] if c["choices"]][-1] == "length"
     assert chunks[-2]["usage"] == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
-    stop = (await client.post("/v1/chat/completions", json={
-        "model": "echo", "messages": [{"role": "user", "content": "one two three"}], "stop": [" two"]
-    })).json()
+    stop = (
+        await client.post(
+            "/v1/chat/completions",
+            json={
+                "model": "echo",
+                "messages": [{"role": "user", "content": "one two three"}],
+                "stop": [" two"],
+            },
+        )
+    ).json()
     assert stop["choices"][0]["message"]["content"] == "one"
 
 
@@ -126,11 +150,23 @@ async def test_raw_model_completion_and_stream(client: httpx.AsyncClient) -> Non
         ({"messages": [{"role": "user", "content": "x"}]}, "model"),
         ({"model": "echo", "messages": []}, "messages"),
         ({"model": "echo", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
-        ({"model": "echo", "messages": [{"role": "user", "content": "x"}],
-          "stream_options": {"include_usage": True}}, "stream_options"),
-        ({"model": "echo", "messages": [{"role": "user", "content": "x"}], "temperature": 3}, "temperature"),
+        (
+            {
+                "model": "echo",
+                "messages": [{"role": "user", "content": "x"}],
+                "stream_options": {"include_usage": True},
+            },
+            "stream_options",
+        ),
+        (
+            {"model": "echo", "messages": [{"role": "user", "content": "x"}], "temperature": 3},
+            "temperature",
+        ),
         ({"model": "echo", "messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
-        ({"model": "echo", "messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}, "stop"),
+        (
+            {"model": "echo", "messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5},
+            "stop",
+        ),
     ],
 )
 async def test_bad_requests_are_400_naming_the_field(
@@ -143,13 +179,18 @@ async def test_bad_requests_are_400_naming_the_field(
 
 
 async def test_unknown_model_and_bad_agent_input(client: httpx.AsyncClient) -> None:
-    resp = await client.post("/v1/chat/completions",
-                             json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    resp = await client.post(
+        "/v1/chat/completions",
+        json={"model": "nope", "messages": [{"role": "user", "content": "x"}]},
+    )
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
     await make_agent(client, "helper")
     resp = await client.post(
         "/v1/chat/completions",
-        json={"model": "helper", "messages": [{"role": "user", "content": "x"},
-                                             {"role": "assistant", "content": "y"}], "stream": True},
+        json={
+            "model": "helper",
+            "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+            "stream": True,
+        },
     )
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"

@@ -10,7 +10,7 @@ import httpx
 from fastapi import FastAPI
 
 from agents.schema import AgentMessage
-from tests.app.conftest import make_agent, make_session, parse_sse
+from tests.app.conftest import make_agent, make_session, parse_sse, wait_runs
 
 
 async def _post(client: httpx.AsyncClient, sid: str, **body: Any) -> httpx.Response:
@@ -78,9 +78,7 @@ async def test_events_replay_after_the_run(client: httpx.AsyncClient) -> None:
     assert [f["event"] for f in tail if "event" in f] == ["run.completed"]
     tail = parse_sse((await client.get(f"/v1/runs/{run_id}/events", params={"after": 1})).text)
     assert [f["id"] for f in tail if "event" in f] == [e["id"] for e in events[1:]]
-    done = parse_sse(
-        (await client.get(f"/v1/runs/{run_id}/events", params={"after": 999})).text
-    )
+    done = parse_sse((await client.get(f"/v1/runs/{run_id}/events", params={"after": 999})).text)
     assert [f for f in done if "event" in f] == [] and done[0]["retry"] == "3000"
 
 
@@ -127,8 +125,7 @@ async def test_enqueue_runs_in_order(client: httpx.AsyncClient) -> None:
     first = asyncio.create_task(_post(client, sid, message="first"))
     await _wait_status(client, sid, "running")
     second = asyncio.create_task(_post(client, sid, message="second", multitask_strategy="enqueue"))
-    while len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) < 2:
-        await asyncio.sleep(0.01)  # "second" is queued before "third" is sent
+    await wait_runs(client, sid, 2)  # "second" is queued before "third" is sent
     third = asyncio.create_task(_post(client, sid, message="third", multitask_strategy="enqueue"))
     results = [(await t).json()["run"] for t in (first, second, third)]
     assert [r["status"] for r in results] == ["completed"] * 3
@@ -189,7 +186,9 @@ class _Broken:
     def load_state_dict(self, state: dict[str, Any], session_id: Any = 0) -> None:
         pass
 
-    async def stream(self, message: Any, session_id: Any = 0, **kw: Any) -> AsyncIterator[AgentMessage]:
+    async def stream(
+        self, message: Any, session_id: Any = 0, **kw: Any
+    ) -> AsyncIterator[AgentMessage]:
         yield AgentMessage(sender="Broken", content="partial", stream_state=1)
         raise RuntimeError("model exploded")
 

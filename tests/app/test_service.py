@@ -48,12 +48,17 @@ async def test_body_limit_is_413(settings_factory: Callable[..., Settings]) -> N
             assert resp.status_code == 413
             assert resp.json()["error"]["code"] == "payload_too_large"
 
-            async def chunks() -> AsyncIterator[bytes]:  # no content-length: counted while streaming
+            async def chunks() -> AsyncIterator[
+                bytes
+            ]:  # no content-length: counted while streaming
                 for _ in range(10):
                     yield b"x" * 50
 
-            resp = await c.post("/v1/agents", content=chunks(), headers={
-                "Authorization": "Bearer k", "content-type": "application/json"})
+            resp = await c.post(
+                "/v1/agents",
+                content=chunks(),
+                headers={"Authorization": "Bearer k", "content-type": "application/json"},
+            )
             assert resp.status_code == 413
 
 

@@ -10,7 +10,9 @@ from tests.app.conftest import make_agent, make_session
 async def test_create_get_list_delete(client: httpx.AsyncClient) -> None:
     await make_agent(client, "helper")
     await make_agent(client, "other")
-    resp = await client.post("/v1/sessions", json={"agent": "helper", "id": "s-1", "metadata": {"u": 1}})
+    resp = await client.post(
+        "/v1/sessions", json={"agent": "helper", "id": "s-1", "metadata": {"u": 1}}
+    )
     assert resp.status_code == 201, resp.text
     session = resp.json()
     assert session["id"] == "s-1" and session["agent"] == "helper"
@@ -60,14 +62,15 @@ async def test_memory_get_put_reset(client: httpx.AsyncClient) -> None:
     state = {
         "memory": [
             {"content": "my name is Ada", "sender": "user"},
-            {"content": "Hello Ada", "sender": "AsyncAgent"},
+            {"content": "Hello Ada", "sender": "helper"},
         ]
     }
     put = await client.put(f"/v1/sessions/{sid}/memory", json=state)
     assert put.status_code == 200, put.text
     memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
     assert [(m["sender"], m["content"]) for m in memory] == [
-        ("user", "my name is Ada"), ("AsyncAgent", "Hello Ada")
+        ("user", "my name is Ada"),
+        ("helper", "Hello Ada"),
     ]
     assert memory[0]["stream_state"] == 0
     # The next turn sees the imported memory and appends to it.
@@ -90,7 +93,9 @@ async def test_memory_put_rejects_bad_messages(client: httpx.AsyncClient) -> Non
     assert bad.status_code == 422
 
 
-async def test_other_tenant_sees_404(client: httpx.AsyncClient, client_b: httpx.AsyncClient) -> None:
+async def test_other_tenant_sees_404(
+    client: httpx.AsyncClient, client_b: httpx.AsyncClient
+) -> None:
     await make_agent(client)
     sid = await make_session(client)
     for method, path in [
