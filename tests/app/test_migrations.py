@@ -10,10 +10,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from app.db.engine import create_engine
-from app.db.migrate import alembic_config
 from app.db import models
 from app.db.base import Base
+from app.db.engine import create_engine
+from app.db.migrate import alembic_config
 
 
 def _head(url: str) -> str | None:

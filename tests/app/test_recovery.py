@@ -1,0 +1,76 @@
+"""Start-up recovery of runs left by a dead process; SSE pings; delta coalescing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+from asgi_lifespan import LifespanManager
+
+from app.db.base import utcnow
+from app.db.models import Run
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import KEY_A, make_agent, make_session, parse_sse
+
+AUTH = {"Authorization": f"Bearer {KEY_A}"}
+
+
+def _client(app: object) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    return httpx.AsyncClient(transport=transport, base_url="http://t", headers=AUTH)
+
+
+async def test_runs_left_running_become_interrupted(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    app = create_app(settings_factory())
+    async with LifespanManager(app), _client(app) as c:
+        await make_agent(c)
+        sid = await make_session(c)
+        done = (await c.post(f"/v1/sessions/{sid}/messages", json={"message": "x"})).json()["run"]
+        state = app.state.agentstation
+        async with state.sessionmaker() as db, db.begin():
+            row = await db.get(Run, done["id"])
+            assert row is not None
+            # What a process killed mid-run leaves behind.
+            db.add(
+                Run(
+                    id="run_stale",
+                    tenant_id="a",
+                    session_pk=row.session_pk,
+                    session_id=sid,
+                    agent="helper",
+                    agent_version=1,
+                    status="running",
+                    input={"content": "y"},
+                    options={},
+                    prompt_tokens=0,
+                    completion_tokens=0,
+                    created_at=utcnow(),
+                    started_at=utcnow(),
+                )
+            )
+    restarted = create_app(settings_factory())
+    async with LifespanManager(restarted), _client(restarted) as c:
+        run = (await c.get("/v1/runs/run_stale")).json()
+        assert run["status"] == "interrupted" and run["stop_reason"] == "server_restart"
+        frames = parse_sse((await c.get("/v1/runs/run_stale/events")).text)
+        assert [f["event"] for f in frames if "event" in f] == ["run.cancelled"]
+        # The session takes new messages again.
+        resp = await c.post(f"/v1/sessions/{sid}/messages", json={"message": "z"})
+        assert resp.json()["run"]["status"] == "completed"
+        assert (await c.get(f"/v1/runs/{done['id']}")).json()["status"] == "completed"
+
+
+async def test_pings_and_coalesced_deltas(settings_factory: Callable[..., Settings]) -> None:
+    app = create_app(settings_factory(sse_ping_s=0.05, event_flush_s=0.5))
+    async with LifespanManager(app), _client(app) as c:
+        await make_agent(c, model="slow")
+        sid = await make_session(c)
+        resp = await c.post(f"/v1/sessions/{sid}/messages", json={"message": "x", "stream": True})
+        frames = parse_sse(resp.text)
+    assert any(f.get("comment") == "ping" for f in frames)
+    deltas = [f["data"]["delta"] for f in frames if f.get("event") == "message.delta"]
+    assert "".join(deltas) == "one two three four five six seven eight nine ten"
+    assert 2 <= len(deltas) < 10  # ten words, merged into a few events
