@@ -82,9 +82,10 @@ def _lazy_tool(module: str, name: str) -> Any:
     return factory
 
 
+# The gateway runs async agents: the Async twins answer to the same tool names.
 BUILTIN_TOOLS = {
-    "IPythonInteractive": "agents.actions.ipython",
-    "IPythonInterpreter": "agents.actions.ipython",
+    "IPythonInteractive": ("agents.actions.ipython", "AsyncIPythonInteractive"),
+    "IPythonInterpreter": ("agents.actions.ipython", "AsyncIPythonInterpreter"),
 }
 
 
@@ -92,8 +93,8 @@ def register_builtins(registry: Registry) -> None:
     """The kinds and tools every installation has."""
     registry.add_kind("agent", build_agent, supports_tools=False)
     registry.add_kind("tool_agent", build_tool_agent)
-    for name, module in BUILTIN_TOOLS.items():
-        registry.add_tool(name, _lazy_tool(module, name))
+    for name, (module, cls) in BUILTIN_TOOLS.items():
+        registry.add_tool(name, _lazy_tool(module, cls))
     try:
         builtins = importlib.import_module("agents.actions.builtins")
     except ImportError:

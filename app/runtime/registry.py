@@ -108,8 +108,18 @@ class Registry:
                     param=f"{prefix}.tools[{i}].name",
                     code="unknown_tool",
                 )
+            self._check_tool_config(tool.name, tool.config, f"{prefix}.tools[{i}].config")
         for name, sub in spec.sub_agents.items():
             self.validate(sub, models, f"{prefix}.sub_agents.{name}")
+
+    def _check_tool_config(self, name: str, config: dict[str, Any], param: str) -> None:
+        """Build the tool once (tools start nothing in their constructor) to check its config."""
+        try:
+            self.tools[name](**_tool_kwargs(name, config))
+        except (TypeError, ValueError) as exc:
+            raise ValidationFailed(
+                f"bad config for tool {name!r}: {exc}", param=param, code="invalid_tool_config"
+            ) from exc
 
     def build(self, spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         """A fresh agent object for ``spec``."""
@@ -120,11 +130,9 @@ class Registry:
         """The spec's tool objects."""
         tools: list[Any] = []
         for ref in spec.tools:
-            config = dict(ref.config)
+            config = _tool_kwargs(ref.name, ref.config)
             if ref.name.startswith("IPython") and ctx.kernel_pool is not None:
-                config.setdefault("pool", ctx.kernel_pool)
-            if "timeout_s" in config and ref.name.startswith("IPython"):
-                config["timeout"] = config.pop("timeout_s")
+                config["pool"] = ctx.kernel_pool  # the gateway's pool, never one from input
             tools.append(self.tools[ref.name](**config))
         return tools
 
@@ -140,6 +148,14 @@ class Registry:
                 self.add_tool(ep.name, ep.load())
             except Exception:
                 log.exception("tool entry point %s failed to load", ep.name)
+
+
+def _tool_kwargs(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Constructor arguments from a spec's tool config (``timeout_s`` is the kernel timeout)."""
+    kwargs = {k: v for k, v in config.items() if k != "pool"}
+    if name.startswith("IPython") and "timeout_s" in kwargs:
+        kwargs["timeout"] = kwargs.pop("timeout_s")
+    return kwargs
 
 
 def default_registry() -> Registry:

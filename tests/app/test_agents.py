@@ -64,6 +64,15 @@ async def test_duplicate_name_is_409(client: httpx.AsyncClient) -> None:
         ),
         ({"model": "echo", "tools": [{"name": "Calculator"}]}, "spec.tools", "tools_not_supported"),
         (
+            {
+                "model": "echo",
+                "kind": "tool_agent",
+                "tools": [{"name": "IPythonInteractive", "config": {"no_such_option": 1}}],
+            },
+            "spec.tools[0].config",
+            "invalid_tool_config",
+        ),
+        (
             {"model": "echo", "gen_params": {"temperature": 9}},
             "spec.gen_params.temperature",
             "invalid_value",
@@ -111,7 +120,14 @@ async def test_tool_agent_with_registered_tools(client: httpx.AsyncClient) -> No
         "/v1/agents",
         json={
             "name": "calc",
-            "spec": {"kind": "tool_agent", "model": "echo", "tools": [{"name": "Calculator"}]},
+            "spec": {
+                "kind": "tool_agent",
+                "model": "echo",
+                "tools": [
+                    {"name": "Calculator"},
+                    {"name": "IPythonInteractive", "config": {"timeout_s": 5}},
+                ],
+            },
         },
     )
     assert resp.status_code == 201, resp.text
