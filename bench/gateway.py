@@ -28,6 +28,7 @@ from bench.load import LoadResult, LoadSpec, alternate, summarize
 
 NAME = "gateway"
 SCRIPTED = [{"name": "scripted", "backend": "scripted"}]  # no replies: echoes the user
+CHAT_PATH = "/v1/chat/completions"
 CHAT_BODY = {"model": "scripted", "messages": [{"role": "user", "content": "hello world"}]}
 AGENT = "bench-agent"
 AGENT_SPEC = {"kind": "agent", "model": "scripted"}
@@ -49,11 +50,12 @@ def create_sessions(base_url: str, n: int, agent: str = AGENT) -> list[str]:
     ]
 
 
-def session_spec(name: str, base_url: str, n: int) -> LoadSpec:
+def session_spec(name: str, server: ServerProcess, n: int) -> LoadSpec:
     """Turns spread over n sessions; ``enqueue`` so a rare collision waits instead of 409."""
-    ids = create_sessions(base_url, n)
+    ids = create_sessions(server.base_url, n)
     body = {"message": "hello world", "multitask_strategy": "enqueue"}
-    return LoadSpec(name, base_url, body, [f"/v1/sessions/{i}/messages" for i in ids])
+    paths = [f"/v1/sessions/{i}/messages" for i in ids]
+    return LoadSpec(name, server.base_url, body, paths, server)
 
 
 def _row(
@@ -106,15 +108,15 @@ def run(opts: BenchOptions) -> BenchResult:
         gw = stack.enter_context(gateway_server("gw-sqlite", SCRIPTED, **GATEWAY_ENV))
         create_agent(gw.base_url)
         specs = [
-            LoadSpec("echo", echo.base_url, CHAT_BODY, ["/v1/chat/completions"]),
-            LoadSpec("chat", gw.base_url, CHAT_BODY, ["/v1/chat/completions"]),
-            LoadSpec("agent", gw.base_url, {**CHAT_BODY, "model": AGENT}, ["/v1/chat/completions"]),
-            session_spec("session-sqlite", gw.base_url, SESSIONS),
+            LoadSpec("echo", echo.base_url, CHAT_BODY, [CHAT_PATH], echo),
+            LoadSpec("chat", gw.base_url, CHAT_BODY, [CHAT_PATH], gw),
+            LoadSpec("agent", gw.base_url, {**CHAT_BODY, "model": AGENT}, [CHAT_PATH], gw),
+            session_spec("session-sqlite", gw, SESSIONS),
         ]
         pg = _start_postgres_gateway(stack, result)
         if pg is not None:
             create_agent(pg.base_url)
-            specs.append(session_spec("session-postgres", pg.base_url, SESSIONS))
+            specs.append(session_spec("session-postgres", pg, SESSIONS))
         thr = alternate(specs, opts.generator, opts.connections, opts.dur(), opts.rounds)
         lat = alternate(specs, opts.generator, 1, opts.dur(2.0), opts.rounds)
     t = {k: summarize(v) for k, v in thr.items()}

@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import pct
+from bench.common import ServerProcess, pct
 
 _LUA = """
 wrk.method = "POST"
@@ -53,6 +53,7 @@ class LoadSpec:
     base_url: str
     body: dict[str, Any]
     paths: list[str]
+    server: ServerProcess | None = None  # to wait for it to go idle after each run
 
 
 @dataclass
@@ -163,6 +164,18 @@ def run_load(generator: str, spec: LoadSpec, connections: int, duration_s: float
     return runner(spec, connections, duration_s)
 
 
+def wait_idle(server: ServerProcess | None, timeout_s: float = 15.0) -> None:
+    """Wait until the server stops burning CPU (runs outlive requests: queued turns finish)."""
+    if server is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = server.cpu_seconds()
+        time.sleep(0.25)
+        if server.cpu_seconds() - before < 0.025:  # under 10% of a core
+            return
+
+
 def alternate(
     specs: list[LoadSpec],
     generator: str,
@@ -174,16 +187,20 @@ def alternate(
     """Warm each target up, then run them in turn, ``rounds`` times: A B C A B C …"""
     for spec in specs:
         run_load(generator, spec, connections, warmup_s)
+        wait_idle(spec.server)
     runs: dict[str, list[LoadResult]] = {s.name: [] for s in specs}
     for _ in range(rounds):
         for spec in specs:
             runs[spec.name].append(run_load(generator, spec, connections, duration_s))
+            wait_idle(spec.server)
     return runs
 
 
 def summarize(results: list[LoadResult]) -> LoadResult:
     """Median over rounds of each figure (sums of requests and errors)."""
     first = results[0]
+    if any(r.requests == 0 for r in results):
+        raise RuntimeError(f"{first.target}: a run completed no request (server too slow or down)")
     med = statistics.median
     return LoadResult(
         first.target, first.generator, first.connections,

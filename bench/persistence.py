@@ -85,8 +85,8 @@ def measure(db: str, gw: ServerProcess, opts: BenchOptions) -> list[dict[str, An
     create_agent(gw.base_url)
     agent_body = {**CHAT_BODY, "model": AGENT}
     specs = [
-        LoadSpec(f"stateless-{db}", gw.base_url, agent_body, ["/v1/chat/completions"]),
-        session_spec(f"session-{db}", gw.base_url, 8),
+        LoadSpec(f"stateless-{db}", gw.base_url, agent_body, ["/v1/chat/completions"], gw),
+        session_spec(f"session-{db}", gw, 8),
     ]
     runs = alternate(specs, opts.generator, 1, opts.dur(), opts.rounds)
     base, sess = summarize(runs[specs[0].name]), summarize(runs[specs[1].name])

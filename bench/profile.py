@@ -67,7 +67,7 @@ def _target(name: str, db: str, stack: contextlib.ExitStack) -> tuple[int, LoadS
     spec = {
         "chat": LoadSpec(name, gw.base_url, CHAT_BODY, path),
         "agent": LoadSpec(name, gw.base_url, {**CHAT_BODY, "model": AGENT}, path),
-    }.get(name) or session_spec(name, gw.base_url, 64)
+    }.get(name) or session_spec(name, gw, 64)
     return gw.proc.pid if gw.proc else 0, spec
 
 

@@ -98,11 +98,12 @@ def run(opts: BenchOptions) -> BenchResult:
         fwd = stack.enter_context(
             uvicorn_server("forwarder", "bench.baselines.forwarder:app", env=fwd_env)
         )
-        specs = [LoadSpec("forwarder", fwd.base_url, BODY, [PATH])]
+        specs = [LoadSpec("forwarder", fwd.base_url, BODY, [PATH], fwd)]
         gw_env = {**GATEWAY_ENV, "BENCH_MOCK_KEY": "sk-bench"}
         try:
             gw = gateway_server("gw-proxy", mock_model(mock.base_url), **gw_env)
-            specs.append(LoadSpec("gateway", stack.enter_context(gw).base_url, BODY, [PATH]))
+            stack.enter_context(gw)
+            specs.append(LoadSpec("gateway", gw.base_url, BODY, [PATH], gw))
         except Skip as exc:
             result.notes.append(f"gateway skipped: {exc}")
         lite = litellm_server(mock.base_url)
@@ -110,7 +111,8 @@ def run(opts: BenchOptions) -> BenchResult:
             result.notes.append(f"LiteLLM skipped: {LITELLM_BIN} missing (see bench/README.md).")
         else:
             try:
-                specs.append(LoadSpec("litellm", stack.enter_context(lite).base_url, BODY, [PATH]))
+                stack.enter_context(lite)
+                specs.append(LoadSpec("litellm", lite.base_url, BODY, [PATH], lite))
             except RuntimeError as exc:
                 result.notes.append(f"LiteLLM did not start: {str(exc)[-300:]}")
         thr = alternate(specs, opts.generator, opts.connections, opts.dur(), opts.rounds)

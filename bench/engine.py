@@ -1,0 +1,193 @@
+"""The demo model through the gateway vs vLLM's own OpenAI server, under the same load.
+
+Both servers run the same engine settings (bf16, eager, 64 MiB KV cache, prefix caching,
+seed 0) on the same locally built demo model, side by side; rounds alternate between them
+so machine noise hits both. Each request streams a greedy answer (at most 64 tokens) to a
+distinct prompt; greedy output is the same on both servers, so both do the same work (the
+token counts are checked). Per concurrency (1, 8,
+32): output tokens/s over the wall time of the round and TTFT (time to the first content
+chunk) p50. Rows give gateway/vLLM ratios; results go to bench/results/engine.json.
+
+``python -m bench engine`` (through the harness) or ``python -m bench.engine``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.common import (
+    RESULTS_DIR,
+    BenchOptions,
+    BenchResult,
+    Goal,
+    ServerProcess,
+    Skip,
+    free_port,
+    gateway_server,
+)
+
+NAME = "engine"
+CONCURRENCY = (1, 8, 32)
+MAX_TOKENS = 64
+ENGINE = {"dtype": "bfloat16", "enforce_eager": True, "seed": 0, "max_model_len": 2048}
+KV_CACHE_BYTES = 64 * 2**20
+# Both servers: no usage stats, model in the engine-core process (as AsyncVllmModel sets).
+ENGINE_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
+START_TIMEOUT_S = 300.0
+
+
+def vllm_server(model_dir: Path) -> ServerProcess:
+    """``python -m vllm.entrypoints.openai.api_server`` with the gateway's engine settings."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+    cmd += ["--served-model-name", "demo", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--dtype", "bfloat16", "--enforce-eager", "--seed", "0", "--max-model-len", "2048"]
+    cmd += ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--enable-prefix-caching"]
+    cmd += ["--disable-log-stats", "--disable-uvicorn-access-log"]
+    server = ServerProcess("vllm", cmd, port, env=ENGINE_ENV, ready_path="/health")
+    server.ready_timeout_s = START_TIMEOUT_S
+    return server
+
+
+def gateway(model_dir: Path) -> ServerProcess:
+    """``agentstation serve`` with the demo model as a raw vLLM model."""
+    model = {"name": "demo", "backend": "vllm", "path": str(model_dir), "engine": ENGINE}
+    server = gateway_server("gateway", [model], **ENGINE_ENV)
+    server.ready_timeout_s = START_TIMEOUT_S
+    return server
+
+
+async def one_stream(http: aiohttp.ClientSession, url: str, i: int) -> tuple[float, int]:
+    """(TTFT s, completion tokens) of one streamed greedy answer."""
+    body = {
+        "model": "demo",
+        "messages": [{"role": "user", "content": f"Request {i}: tell me a story."}],
+        "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True},
+    }  # fmt: skip
+    start = time.perf_counter()
+    ttft, tokens = 0.0, 0
+    async with http.post(url + "/v1/chat/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for raw in resp.content:
+            line = raw.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if not ttft and any(c["delta"].get("content") for c in chunk.get("choices", [])):
+                ttft = time.perf_counter() - start
+            if chunk.get("usage"):
+                tokens = int(chunk["usage"]["completion_tokens"])
+    return ttft, tokens
+
+
+async def load_round(url: str, concurrency: int, per_worker: int) -> dict[str, float]:
+    """``concurrency`` workers, ``per_worker`` requests each: tokens/s and TTFT p50."""
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        await one_stream(http, url, -1)  # warm the connection and the engine
+
+        async def worker(w: int) -> list[tuple[float, int]]:
+            return [await one_stream(http, url, w * per_worker + k) for k in range(per_worker)]
+
+        start = time.perf_counter()
+        results = [r for rs in await asyncio.gather(*map(worker, range(concurrency))) for r in rs]
+        wall = time.perf_counter() - start
+    tokens = sum(t for _, t in results)
+    return {
+        "tok_s": tokens / wall,
+        "ttft_p50_ms": 1000 * statistics.median(t for t, _ in results),
+        "tokens": tokens,
+    }
+
+
+def measure(targets: dict[str, str], rounds: int, per_worker: int) -> list[dict[str, Any]]:
+    """Rows per concurrency: each target's best-round figures and the gateway/vLLM ratios."""
+    rows = []
+    for c in CONCURRENCY:
+        best: dict[str, dict[str, float]] = {}
+        for _ in range(rounds):
+            for name, url in targets.items():  # alternate: A B A B
+                got = asyncio.run(load_round(url, c, per_worker))
+                if name not in best or got["tok_s"] > best[name]["tok_s"]:
+                    best[name] = got
+        gw, vl = best["gateway"], best["vllm"]
+        if gw["tokens"] != vl["tokens"]:
+            raise RuntimeError(f"different work at concurrency {c}: {gw} vs {vl}")
+        rows.append(
+            {
+                "concurrency": c,
+                "vllm_tok_s": round(vl["tok_s"], 1),
+                "gateway_tok_s": round(gw["tok_s"], 1),
+                "tok_s_ratio": round(gw["tok_s"] / vl["tok_s"], 3),
+                "vllm_ttft_p50_ms": round(vl["ttft_p50_ms"], 1),
+                "gateway_ttft_p50_ms": round(gw["ttft_p50_ms"], 1),
+                "ttft_diff_ms": round(gw["ttft_p50_ms"] - vl["ttft_p50_ms"], 1),
+            }
+        )
+    return rows
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    """Build the demo model, start both servers, alternate the load, compare."""
+    try:
+        import vllm  # noqa: F401
+
+        from app.demo_model import build_demo_model
+    except ImportError as exc:
+        raise Skip(f"vllm is not installed: {exc}") from exc
+    result = BenchResult(NAME)
+    rounds, per_worker = (1, 1) if opts.quick else (max(opts.rounds, 2), 4)
+    with contextlib.ExitStack() as stack:
+        model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        # One at a time: two engines loading at once on 2 cores only slows both.
+        vl = stack.enter_context(vllm_server(model_dir))
+        gw = stack.enter_context(gateway(model_dir))
+        result.rows = measure({"vllm": vl.base_url, "gateway": gw.base_url}, rounds, per_worker)
+    result.goals = [
+        Goal(
+            f"gateway output tokens/s ≥ 0.9× vLLM at concurrency {r['concurrency']}",
+            "≥ 0.9x", f"{r['tok_s_ratio']}x", r["tok_s_ratio"] >= 0.9,
+        )
+        for r in result.rows
+    ]  # fmt: skip
+    result.notes.append(
+        f"Greedy answers of at most {MAX_TOKENS} tokens, streamed; {per_worker} requests "
+        f"per worker; best of {rounds} alternating rounds; TTFT = first content chunk."
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run standalone and write bench/results/engine.json."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    os.environ.update(ENGINE_ENV)
+    result = run(BenchOptions(quick=args.quick, rounds=args.rounds))
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "engine.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    for row in result.rows:
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
