@@ -141,6 +141,11 @@ def validation_error(exc: RequestValidationError) -> AppError:
     param = _loc_to_param(first.get("loc", ()))
     if first.get("type") == "json_invalid":
         return BadRequest(f"invalid JSON body: {first.get('msg')}", code="invalid_json")
+    if param is None and tuple(first.get("loc", ())) == ("body",):
+        return BadRequest(
+            "the request body must be a JSON object (send Content-Type: application/json)",
+            code="invalid_body",
+        )
     message = str(first.get("msg", "invalid value"))
     if param:
         message = f"{param}: {message}"

@@ -31,7 +31,9 @@ async def test_malformed_input_never_500(client: httpx.AsyncClient) -> None:
     )
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
     resp = await client.post("/v1/agents", json=[1, 2, 3])
-    assert resp.status_code == 422
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_body"
+    form = await client.post("/v1/agents", content=b"{}", headers={"content-type": "text/plain"})
+    assert form.status_code == 400 and "Content-Type" in form.json()["error"]["message"]
     resp = await client.patch("/v1/agents/x")
     assert resp.status_code == 405 and resp.json()["error"]["code"] == "method_not_allowed"
     resp = await client.get("/v1/nothing-here")

@@ -90,7 +90,7 @@ async def test_memory_put_rejects_bad_messages(client: httpx.AsyncClient) -> Non
     bad = await client.put(f"/v1/sessions/{sid}/memory", json={"memory": "text"})
     assert bad.status_code == 422
     bad = await client.put(f"/v1/sessions/{sid}/memory", json=[1, 2])
-    assert bad.status_code == 422
+    assert bad.status_code == 400
 
 
 async def test_other_tenant_sees_404(
