@@ -199,14 +199,22 @@ def alternate(
 def summarize(results: list[LoadResult]) -> LoadResult:
     """Median over rounds of each figure (sums of requests and errors)."""
     first = results[0]
-    if any(r.requests == 0 for r in results):
-        raise RuntimeError(f"{first.target}: a run completed no request (server too slow or down)")
-    med = statistics.median
+    done = [r for r in results if r.requests] or results  # a stalled run has no latencies
+    nan = float("nan") if not any(r.requests for r in results) else None
+
+    def med(values: list[float]) -> float:
+        return nan if nan is not None else statistics.median(values)
+
     return LoadResult(
         first.target, first.generator, first.connections,
         sum(r.duration_s for r in results), sum(r.requests for r in results),
-        sum(r.errors for r in results), med(r.rps for r in results),
-        med(r.p50_ms for r in results), med(r.p90_ms for r in results),
-        med(r.p99_ms for r in results), max(r.max_ms for r in results),
+        sum(r.errors for r in results), statistics.median(r.rps for r in results),
+        med([r.p50_ms for r in done]), med([r.p90_ms for r in done]),
+        med([r.p99_ms for r in done]), max(r.max_ms for r in done),
         sum(r.gen_cpu_s for r in results),
     )  # fmt: skip
+
+
+def stalled(result: LoadResult) -> bool:
+    """True when not one request completed (latency figures are NaN then)."""
+    return result.requests == 0
