@@ -75,7 +75,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     state.runs = RunManager(
         engine, sessionmaker, state.build_agent, settings.event_flush_s, settings.cancel_timeout_s
     )
-    recovered = await state.runs.recover()
+    recovered = await state.runs.start()
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)
     app.state.agentstation = state

@@ -21,6 +21,7 @@ from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel
 from app.runtime.jobs import Job, execute, input_message
 from app.runtime.locks import SessionLocks, lock_for_transaction
 from app.runtime.messages import dump_message
+from app.runtime.notify import CancelBus
 from app.runtime.registry import ServableAgent
 from app.schemas.agents import AgentSpec
 from app.schemas.sessions import TERMINAL, RunPublic
@@ -86,6 +87,7 @@ class RunManager:
         self.jobs: dict[str, Job] = {}
         self.channels: dict[str, RunChannel] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self.bus = CancelBus(engine, self._remote_cancel)
         # Called with each run this process finished (ops: metrics and the "run finished" log).
         self.on_finished: Callable[[Run], None] | None = None
 
@@ -178,10 +180,21 @@ class RunManager:
         loop = asyncio.get_running_loop()
         loop.call_later(KEEP_CHANNEL_S, self.channels.pop, job.run_id, None)
 
+    async def start(self) -> int:
+        """Listen for cancels from other replicas; close runs left by dead processes."""
+        await self.bus.start()
+        return await self.recover()
+
+    def _remote_cancel(self, run_id: str, mode: str) -> None:
+        if run_id in self.jobs:
+            self.cancel_soon(run_id, mode)
+
     async def cancel(self, run_id: str, mode: str = "cancelled") -> None:
-        """Cancel a run of this process (reaching the model call and the tool) and wait ≤ 1 s."""
+        """Cancel a run (reaching the model call and the tool) and wait for it to stop."""
         job = self.jobs.get(run_id)
         if job is None:
+            if self.bus.enabled and await self._cancel_remote(run_id, mode):
+                return
             await self._cancel_orphan(run_id, mode)
             return
         if job.task is None or job.finishing:
@@ -192,6 +205,17 @@ class RunManager:
             job.task.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(job.done.wait()), self.cancel_timeout_s * 5)
+
+    async def _cancel_remote(self, run_id: str, mode: str) -> bool:
+        """Ask the replica that owns the run; True once the run has a final status."""
+        await self.bus.publish(run_id, mode)
+        for _ in range(int(self.cancel_timeout_s * 2 / 0.05) + 1):
+            async with self.sessionmaker() as db:
+                status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
+            if status is None or status in TERMINAL:
+                return True
+            await asyncio.sleep(0.05)
+        return False  # nobody owns it: the caller closes it as an orphan
 
     def cancel_soon(self, run_id: str, mode: str) -> None:
         """Cancel from a context that is itself being cancelled (a dropped stream)."""
@@ -273,3 +297,4 @@ class RunManager:
         for task in list(self._background):
             with contextlib.suppress(BaseException):
                 await task
+        await self.bus.aclose()

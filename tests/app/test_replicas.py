@@ -1,0 +1,81 @@
+"""Two replicas on one PostgreSQL: resume a stream and cancel a run from the other replica."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from app.db.migrate import upgrade
+from app.main import create_app
+from tests.app.conftest import (
+    KEY_A,
+    PG_URL,
+    _drop_pg_database,
+    _fresh_pg_database,
+    make_agent,
+    make_session,
+    make_settings,
+    parse_sse,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    if not PG_URL:
+        pytest.fail("AGENTSTATION_TEST_DATABASE_URL is not set (deselect with -m 'not postgres')")
+    url = await _fresh_pg_database()
+    await asyncio.to_thread(upgrade, url)
+    one, two = create_app(make_settings(url)), create_app(make_settings(url))
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    try:
+        async with LifespanManager(one), LifespanManager(two):
+            async with (
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=one), base_url="http://1", headers=headers
+                ) as c1,
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=two), base_url="http://2", headers=headers
+                ) as c2,
+            ):
+                yield c1, c2
+    finally:
+        await _drop_pg_database(url)
+
+
+async def _running(client: httpx.AsyncClient, sid: str) -> str:
+    for _ in range(500):
+        runs = (await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]
+        if runs and runs[0]["status"] == "running":
+            return str(runs[0]["id"])
+        await asyncio.sleep(0.01)
+    raise AssertionError("the run never started")
+
+
+async def test_other_replica_follows_rejects_and_cancels(
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient],
+) -> None:
+    c1, c2 = replicas
+    await make_agent(c1, model="slow")
+    sid = await make_session(c1)
+    first = asyncio.create_task(c1.post(f"/v1/sessions/{sid}/messages", json={"message": "go"}))
+    run_id = await _running(c1, sid)
+    # The session is busy on every replica (the check is in the shared database).
+    busy = await c2.post(f"/v1/sessions/{sid}/messages", json={"message": "again"})
+    assert busy.status_code == 409
+    follower = asyncio.create_task(c2.get(f"/v1/runs/{run_id}/events", params={"after": 1}))
+    await asyncio.sleep(0.5)
+    started = time.monotonic()
+    cancelled = await c2.post(f"/v1/runs/{run_id}/cancel")
+    assert time.monotonic() - started < 1.5
+    assert cancelled.json()["status"] == "cancelled"
+    assert (await first).json()["run"]["status"] == "cancelled"
+    frames = [f for f in parse_sse((await follower).text) if "event" in f]
+    assert frames[0]["id"] == "2" and frames[-1]["event"] == "run.cancelled"
+    assert any(f["event"] == "message.delta" for f in frames)
