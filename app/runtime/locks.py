@@ -22,26 +22,34 @@ class SessionLocks:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.postgres = engine.dialect.name == "postgresql"
-        self._run: dict[str, asyncio.Lock] = {}
-        self._admit: dict[str, asyncio.Lock] = {}
+        # key -> (lock, holders + waiters); entries go when unused, so idle sessions cost nothing.
+        self._run: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._admit: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
-    def _lock(self, table: dict[str, asyncio.Lock], key: str) -> asyncio.Lock:
-        lock = table.get(key)
-        if lock is None:
-            lock = table[key] = asyncio.Lock()
-        return lock
+    @asynccontextmanager
+    async def _hold(
+        self, table: dict[str, tuple[asyncio.Lock, list[int]]], key: str
+    ) -> AsyncIterator[None]:
+        lock, users = table.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                table.pop(key, None)
 
     @asynccontextmanager
     async def admission(self, key: str) -> AsyncIterator[None]:
         """Held while checking whether a session is busy and creating a run (in this process)."""
-        async with self._lock(self._admit, key):
+        async with self._hold(self._admit, key):
             yield
 
     @asynccontextmanager
     async def running(self, key: str) -> AsyncIterator[None]:
         """Held for a whole run: waits (FIFO in this process) for earlier runs of the session."""
-        lock = self._lock(self._run, key)
-        async with lock:
+        async with self._hold(self._run, key):
             if not self.postgres:
                 yield
                 return
@@ -54,8 +62,8 @@ class SessionLocks:
 
     def locally_busy(self, key: str) -> bool:
         """True when a run of the session holds the lock in this process."""
-        lock = self._run.get(key)
-        return lock is not None and lock.locked()
+        entry = self._run.get(key)
+        return entry is not None and entry[0].locked()
 
     async def held_elsewhere(self, key: str) -> bool:
         """On PostgreSQL: True when another connection (another replica) holds the session."""

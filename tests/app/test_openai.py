@@ -7,8 +7,10 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from tests.app.conftest import make_agent
+from tests.app.test_runs import _Broken
 
 
 def _chunks(text: str) -> list[Any]:
@@ -194,3 +196,20 @@ async def test_unknown_model_and_bad_agent_input(client: httpx.AsyncClient) -> N
         },
     )
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"
+
+
+async def test_agent_failure_mid_stream_is_an_in_stream_error(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    app.state.agentstation.registry.add_kind("broken", lambda spec, ctx: _Broken())
+    await make_agent(client, "fragile", kind="broken")
+    resp = await client.post(
+        "/v1/chat/completions",
+        json={"model": "fragile", "messages": [{"role": "user", "content": "x"}], "stream": True},
+    )
+    assert resp.status_code == 200
+    chunks = _chunks(resp.text)
+    assert chunks[-1] == "[DONE]"
+    assert chunks[-2]["error"]["message"] == "model exploded"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-2])
+    assert text == "partial"

@@ -204,3 +204,17 @@ async def test_failing_agent_ends_run_failed(app: FastAPI, client: httpx.AsyncCl
     assert frames[-1]["event"] == "run.failed"
     assert frames[-1]["data"]["error"]["message"] == "model exploded"
     assert (await client.get(f"/v1/sessions/{sid}/memory")).json() == {"memory": []}
+
+
+async def test_deleting_a_busy_session_cancels_its_run(client: httpx.AsyncClient) -> None:
+    await make_agent(client, model="slow")
+    sid = await make_session(client)
+    pending = asyncio.create_task(_post(client, sid))
+    run = await _wait_status(client, sid, "running")
+    assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+    answer = await asyncio.wait_for(pending, 5)  # the waiting request is released too
+    if answer.status_code == 200:  # it may read the run before the delete commits
+        assert answer.json()["run"]["status"] == "cancelled"
+    else:
+        assert answer.status_code == 404
+    assert (await client.get(f"/v1/runs/{run['id']}")).status_code == 404
