@@ -55,6 +55,7 @@ class _VllmCore(AsyncBaseLLM):
         if tp is not None:
             args["tensor_parallel_size"] = tp
         self.engine = get_engine(path, args)
+        self._joined = False
         self.chat_template = chat_template
 
     @property
@@ -64,15 +65,20 @@ class _VllmCore(AsyncBaseLLM):
 
     async def start(self) -> None:
         """Start (or join) the shared engine."""
-        await self.engine.start()
+        if not self._joined:
+            await self.engine.start()
+            self._joined = True
+            self.engine.users += 1
 
     async def close(self) -> None:
-        """Shut down the shared engine (for every model using it)."""
-        await self.engine.close()
+        """Leave the shared engine; the last model using it shuts it down."""
+        if self._joined:
+            self._joined = False
+            await self.engine.release()
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
-        if self.engine.llm is None:
-            await self.engine.start()
+        if not self._joined:
+            await self.start()
         prompt = await self.engine.render(
             messages, chat_template=self.chat_template, meta_template=self.meta_template
         )

@@ -65,6 +65,7 @@ class VllmEngine:
         self.engine_args = dict(engine_args or {})
         self.llm: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
         self.error: str | None = None
+        self.users = 0  # models that called start() and not yet close()
         self._lock = asyncio.Lock()
 
     @staticmethod
@@ -166,8 +167,14 @@ class VllmEngine:
             if not finished and not llm.errored:
                 await llm.abort(request_id)
 
+    async def release(self) -> None:
+        """One user is done with the engine; the last one shuts it down."""
+        self.users = max(0, self.users - 1)
+        if self.users == 0:
+            await self.close()
+
     async def close(self) -> None:
-        """Shut the engine down and forget it."""
+        """Shut the engine down now (for every user) and forget it."""
         llm, self.llm = self.llm, None
         _ENGINES.pop(self.key(self.path, self.engine_args), None)
         if llm is not None:

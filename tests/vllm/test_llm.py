@@ -113,6 +113,9 @@ async def test_models_with_one_config_share_one_engine(vllm_handle: VllmHandle) 
     twin = AsyncVllmModel(llm.engine.path, engine_args=llm.engine.engine_args, temperature=0)
     assert twin.engine is llm.engine and twin.ready
     assert await twin.chat(HELLO, max_new_tokens=32) == await llm.chat(HELLO)
+    assert llm.engine.users == 2
+    await twin.close()  # the other user keeps the engine running
+    assert llm.engine.users == 1 and vllm_handle.ready
 
 
 async def test_a_model_that_cannot_load_fails_with_the_reason(tmp_path: object) -> None:
