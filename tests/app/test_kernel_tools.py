@@ -1,0 +1,84 @@
+"""The gateway with real sandboxed kernels: one kernel per session, state kept across turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import KEY_A, MODELS
+
+pytestmark = pytest.mark.kernel
+
+
+def _call(code: str) -> str:
+    body = {"name": "IPythonInteractive", "parameters": {"command": code}}
+    return f"```json\n{json.dumps(body)}\n```\n"
+
+
+# Replayed in order across sessions: session one twice, then session two.
+REPLIES = [
+    _call("x = 21\nprint(x * 2)"),
+    "Done.",
+    _call("print(x + 1)"),
+    "Done again.",
+    _call("print(x + 1)"),
+    "No x here.",
+]
+
+
+@pytest.fixture
+async def client(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[httpx.AsyncClient]:
+    base = Path(tempfile.mkdtemp(prefix="agentstation-gw-"))
+    base.chmod(0o711)  # sandbox uids must traverse it
+    monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base))
+    monkeypatch.setenv("AGENTSTATION_SANDBOX_TIMEOUT_S", "10")
+    models = [*MODELS, {"name": "coder", "backend": "scripted", "replies": REPLIES}]
+    app = create_app(settings_factory(models=json.dumps(models), sandbox_enabled=True))
+    try:
+        async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30):
+            transport = httpx.ASGITransport(app=app)
+            headers = {"Authorization": f"Bearer {KEY_A}"}
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://t", headers=headers, timeout=60
+            ) as c:
+                for _ in range(600):  # the pool's self-test runs in the background
+                    sandbox = (await c.get("/readyz")).json()["sandbox"]
+                    if sandbox["level"] is not None:
+                        break
+                    await asyncio.sleep(0.05)
+                yield c
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def _tool_result(client: httpx.AsyncClient, sid: str, text: str) -> str:
+    resp = await client.post(f"/v1/sessions/{sid}/messages", json={"message": text})
+    assert resp.json()["run"]["status"] == "completed", resp.text
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    return str(memory[-2]["content"])
+
+
+async def test_session_kernel_keeps_state_and_sessions_are_isolated(
+    client: httpx.AsyncClient,
+) -> None:
+    assert (await client.get("/readyz")).json()["sandbox"]["level"] in ("L3", "L1", "L0")
+    spec = {"kind": "tool_agent", "model": "coder", "tools": [{"name": "IPythonInteractive"}]}
+    assert (await client.post("/v1/agents", json={"name": "py", "spec": spec})).is_success
+    one = (await client.post("/v1/sessions", json={"agent": "py"})).json()["id"]
+    two = (await client.post("/v1/sessions", json={"agent": "py"})).json()["id"]
+    assert "42" in await _tool_result(client, one, "compute")
+    assert "22" in await _tool_result(client, one, "again")  # the session's kernel kept x
+    assert "NameError" in await _tool_result(client, two, "compute")  # another kernel: no x
+    assert (await client.post(f"/v1/sessions/{one}/reset")).status_code == 200
