@@ -6,7 +6,7 @@ import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -37,30 +37,32 @@ REPLIES = [
 
 
 @pytest.fixture
-async def client(
-    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[httpx.AsyncClient]:
+def base_dir() -> Iterator[Path]:
     base = Path(tempfile.mkdtemp(prefix="agentstation-gw-"))
     base.chmod(0o711)  # sandbox uids must traverse it
-    monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+async def client(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, base_dir: Path
+) -> AsyncIterator[httpx.AsyncClient]:
+    monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base_dir))
     monkeypatch.setenv("AGENTSTATION_SANDBOX_TIMEOUT_S", "10")
     models = [*MODELS, {"name": "coder", "backend": "scripted", "replies": REPLIES}]
     app = create_app(settings_factory(models=json.dumps(models), sandbox_enabled=True))
-    try:
-        async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30):
-            transport = httpx.ASGITransport(app=app)
-            headers = {"Authorization": f"Bearer {KEY_A}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://t", headers=headers, timeout=60
-            ) as c:
-                for _ in range(600):  # the pool's self-test runs in the background
-                    sandbox = (await c.get("/readyz")).json()["sandbox"]
-                    if sandbox["level"] is not None:
-                        break
-                    await asyncio.sleep(0.05)
-                yield c
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30):
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=headers, timeout=60
+        ) as c:
+            for _ in range(600):  # the pool's self-test runs in the background
+                if (await c.get("/readyz")).json()["sandbox"]["level"] is not None:
+                    break
+                await asyncio.sleep(0.05)
+            yield c
 
 
 async def _tool_result(client: httpx.AsyncClient, sid: str, text: str) -> str:
