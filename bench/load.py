@@ -169,11 +169,11 @@ def wait_idle(server: ServerProcess | None, timeout_s: float = 15.0) -> None:
     if server is None:
         return
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    quiet = 0
+    while time.monotonic() < deadline and quiet < 2:  # two quiet windows in a row
         before = server.cpu_seconds()
         time.sleep(0.25)
-        if server.cpu_seconds() - before < 0.025:  # under 10% of a core
-            return
+        quiet = quiet + 1 if server.cpu_seconds() - before < 0.025 else 0  # < 10% of a core
 
 
 def alternate(
@@ -185,13 +185,16 @@ def alternate(
     warmup_s: float = 1.0,
 ) -> dict[str, list[LoadResult]]:
     """Warm each target up, then run them in turn, ``rounds`` times: A B C A B C …"""
-    for spec in specs:
+    for spec in specs if warmup_s > 0 else []:
         run_load(generator, spec, connections, warmup_s)
         wait_idle(spec.server)
     runs: dict[str, list[LoadResult]] = {s.name: [] for s in specs}
     for _ in range(rounds):
         for spec in specs:
-            runs[spec.name].append(run_load(generator, spec, connections, duration_s))
+            done = runs[spec.name]
+            if done and stalled(done[-1]):  # stalled once: more rounds only cost time
+                continue
+            done.append(run_load(generator, spec, connections, duration_s))
             wait_idle(spec.server)
     return runs
 

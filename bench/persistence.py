@@ -90,7 +90,7 @@ def measure(db: str, gw: ServerProcess, opts: BenchOptions) -> list[dict[str, An
     ]
     runs = alternate(specs, opts.generator, 1, opts.dur(), opts.rounds)
     base, sess = summarize(runs[specs[0].name]), summarize(runs[specs[1].name])
-    sessions, turns = (2, 1) if opts.quick else (10, 3)
+    sessions, turns = (2, 1) if opts.quick else (6, 3)
     times = history_turns(gw, sessions, turns)
     figures = [
         ("stateless agent turn p50 (ms)", base.p50_ms),
@@ -146,7 +146,7 @@ def run(opts: BenchOptions) -> BenchResult:
     result.goals = _goals(result.rows)
     result.notes.append(
         "Per-turn cost = session turn p50 − stateless agent turn p50, one connection, "
-        "alternating runs; history turns: 10 sessions per length × 3 turns, lengths interleaved."
+        "alternating runs; history turns: 6 sessions per length × 3 turns, lengths interleaved."
     )
     if not opts.quick:
         series = {}

@@ -2,9 +2,9 @@
 
 ``python -m bench.profile chat|agent|session|proxy [--db sqlite|postgres] [--seconds 5]``
 starts the gateway as the benchmarks do, drives it with wrk at 32 connections while py-spy
-samples it, and prints the functions with the most samples (self and inclusive), grouped by
-function. Raw stacks go to bench/results/profile-<target>.txt (feed them to flamegraph.pl or
-speedscope).
+samples the thread holding the GIL (``--gil``: Python CPU, not threads idling in aiosqlite
+or asyncpg queues), and prints the functions with the most samples (self and inclusive).
+Raw stacks go to bench/results/profile-<target>.txt (for flamegraph.pl or speedscope).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         pid, spec = _target(args.target, args.db, stack)
         run_load("wrk", spec, args.connections, 1)  # warm-up
         cmd = [str(VENV_BIN / "py-spy"), "record", "-p", str(pid), "-r", "250", "-f", "raw"]
-        cmd += ["-d", str(args.seconds), "-o", str(raw_path), "--nonblocking"]
+        cmd += ["-d", str(args.seconds), "-o", str(raw_path), "--nonblocking", "--gil"]
         spy = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         result = run_load("wrk", spec, args.connections, args.seconds)
         spy.communicate(timeout=args.seconds + 30)
