@@ -41,6 +41,9 @@ async def readyz(state: StateDep) -> JSONResponse:
         "min_level": getattr(getattr(pool, "config", None), "min_level", None),
         "enabled": pool is not None,
     }
+    if pool is not None and getattr(pool, "level", None) is not None:
+        # Below the minimum the pool refuses to run code; agents without tools still work.
+        checks["sandbox"]["level_ok"] = bool(pool.level_ok)
     if "sandbox_error" in state.extras:
         checks["sandbox"]["error"] = state.extras["sandbox_error"]
     checks["status"] = "ready" if ok else "not_ready"
