@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Header
 from starlette.responses import JSONResponse, StreamingResponse
 
+from app.api.sse import SSE_RESPONSES
 from app.db.models import Agent
 from app.deps import PrincipalDep, StateDep
 from app.engines.base import EngineError
@@ -64,7 +65,7 @@ async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[s
     raise NotFound(f"model {model_id!r} not found", param="model", code="model_not_found")
 
 
-@router.post("/chat/completions", response_model=None)
+@router.post("/chat/completions", response_model=None, responses=SSE_RESPONSES)
 async def chat_completions(
     body: ChatCompletionRequest,
     state: StateDep,

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
 
-from app.api.sse import parse_after, run_event_response
+from app.api.sse import SSE_RESPONSES, parse_after, run_event_response
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
 from app.runtime.runs import run_public
 from app.schemas.sessions import RunPublic
@@ -32,7 +32,7 @@ async def cancel_run(run_id: str, who: PrincipalDep, runs: RunsDep, state: State
     return RunPublic.model_validate(run_public(run))
 
 
-@router.get("/{run_id}/events", response_model=None)
+@router.get("/{run_id}/events", response_model=None, responses=SSE_RESPONSES)
 async def run_events(
     run_id: str,
     who: PrincipalDep,

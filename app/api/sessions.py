@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Request, Response
 
-from app.api.sse import run_event_response
+from app.api.sse import SSE_RESPONSES, run_event_response
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
 from app.errors import SessionBusy
 from app.ops.budget_store import session_usage
@@ -117,7 +117,7 @@ async def list_runs(
     return RunList(data=[RunPublic.model_validate(run_public(r)) for r in rows], has_more=more)
 
 
-@router.post("/{session_id}/messages", response_model=None)
+@router.post("/{session_id}/messages", response_model=None, responses=SSE_RESPONSES)
 async def post_message(
     session_id: str,
     body: RunCreate,

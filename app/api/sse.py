@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -12,6 +13,10 @@ from app.runtime.runs import RunManager
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
+# OpenAPI: endpoints that answer JSON or, with ``stream``, an event stream document both.
+SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}
+}
 
 
 def parse_after(last_event_id: str | None, after: int | None) -> int:

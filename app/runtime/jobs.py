@@ -160,6 +160,7 @@ async def _finish(
 def input_message(raw: Any) -> AgentMessage:
     """The run's input as an AgentMessage (strings come from ``user``)."""
     if isinstance(raw, dict):
-        raw = {k: v for k, v in raw.items() if v is not None}
+        # Drop unset optional fields, but keep ``content`` (a null content is still content).
+        raw = {k: v for k, v in raw.items() if v is not None or k == "content"}
         raw.pop("stream_state", None)
     return load_message(raw)
