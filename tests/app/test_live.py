@@ -224,3 +224,16 @@ async def test_openai_backend_against_a_live_upstream(
                 assert resp.json()["message"]["content"] == "Violets are blue."
     finally:
         del os.environ["UPSTREAM_KEY"]
+
+
+async def test_non_stream_client_gone_cancels_the_run(http: httpx.AsyncClient) -> None:
+    await make_agent(http, model="slow")
+    sid = await make_session(http)
+    with pytest.raises(httpx.ReadTimeout):
+        await http.post(f"/v1/sessions/{sid}/messages", json={"message": "go"}, timeout=0.6)
+    for _ in range(100):
+        run = (await http.get(f"/v1/sessions/{sid}/runs")).json()["data"][0]
+        if run["status"] != "running":
+            break
+        await asyncio.sleep(0.05)
+    assert run["status"] == "cancelled" and run["stop_reason"] == "client_disconnected"
