@@ -86,13 +86,18 @@ async def get_memory(session_id: str, db: DbDep, who: PrincipalDep) -> dict[str,
 
 @router.put("/{session_id}/memory")
 async def put_memory(
-    session_id: str, db: DbDep, who: PrincipalDep, state: Annotated[dict[str, Any], Body()]
+    session_id: str,
+    db: DbDep,
+    who: PrincipalDep,
+    app_state: StateDep,
+    state: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     """Replace the session's state_dict (load_state_dict)."""
-    row, _ = await service.get_session(db, who.tenant_id, session_id)
+    row, agent = await service.get_session(db, who.tenant_id, session_id)
     if await service.active_run(db, row.pk) is not None:
         raise SessionBusy(session_id)
-    return await service.replace_memory(db, row, state)
+    keys = await service.memory_keys(db, app_state, row, agent)
+    return await service.replace_memory(db, row, state, keys)
 
 
 @router.post("/{session_id}/reset")

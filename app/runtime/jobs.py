@@ -19,7 +19,7 @@ from app.ops.budget_store import charge_tenant, load_run_budget
 from app.ops.logging import run_id_var
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, load_message
-from app.runtime.runner import TurnResult, load_state, run_turn, save_new_messages
+from app.runtime.runner import TurnResult, load_state, merge_state, run_turn, save_new_messages
 from app.schemas.agents import AgentSpec
 
 if TYPE_CHECKING:
@@ -81,7 +81,10 @@ async def execute(manager: RunManager, job: Job) -> None:
                 )
             agent = manager.build_agent(job.spec, job.agent_name)
             if before:
-                agent.load_state_dict(before, session_id=job.session_key)
+                agent.load_state_dict(
+                    merge_state(agent.state_dict(job.session_key), before),
+                    session_id=job.session_key,
+                )
             with budget_scope(budget):  # checked before every model call of the turn
                 await run_turn(
                     agent, job.message, job.session_key, job.gen_params, job.channel, result

@@ -33,6 +33,13 @@ async def load_state(db: AsyncSession, session_pk: str) -> dict[str, list[dict[s
     return state
 
 
+def merge_state(
+    empty: dict[str, Any], stored: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[Any]]:
+    """The agent's keys, filled from storage (keys with no rows stay empty; others are dropped)."""
+    return {key: stored.get(key, []) for key in empty}
+
+
 def new_rows(
     session_pk: str,
     run_id: str | None,

@@ -15,8 +15,9 @@ from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.runtime.messages import dump_message, load_message
 from app.runtime.runner import load_state
 from app.schemas.sessions import SessionCreate, SessionPublic
-from app.services.agents import get_agent
+from app.services.agents import agent_spec, get_agent
 from app.services.pages import check_limit, page
+from app.state import AppState
 
 
 def to_public(row: SessionRow, agent_name: str) -> SessionPublic:
@@ -118,12 +119,24 @@ async def get_memory(db: AsyncSession, row: SessionRow) -> dict[str, list[dict[s
     return state
 
 
+async def memory_keys(db: AsyncSession, state: AppState, row: SessionRow, agent: Agent) -> set[str]:
+    """The state_dict keys of the session's agent (``memory``, ``writer.memory``, …)."""
+    spec = await agent_spec(db, agent.id, row.agent_version)
+    return set(state.build_agent(spec, agent.name).state_dict("keys"))
+
+
 async def replace_memory(
-    db: AsyncSession, row: SessionRow, state: dict[str, Any]
+    db: AsyncSession, row: SessionRow, state: dict[str, Any], keys: set[str] | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """Replace the stored state_dict (import, fork); entries must be AgentMessages."""
     cleaned: dict[str, list[dict[str, Any]]] = {}
     for key, items in state.items():
+        if keys is not None and key not in keys:
+            raise ValidationFailed(
+                f"{key}: not a memory of this agent; its keys are {sorted(keys)}",
+                param=key,
+                code="unknown_memory_key",
+            )
         if not isinstance(items, list):
             raise ValidationFailed(f"{key}: expected a list of messages", param=key)
         try:

@@ -9,7 +9,10 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from agents.agent import AsyncAgent
 from agents.schema import AgentMessage
+from app.runtime.registry import BuildContext
+from app.schemas.agents import AgentSpec
 from tests.app.conftest import make_agent, make_session, parse_sse, wait_runs
 
 
@@ -218,3 +221,26 @@ async def test_deleting_a_busy_session_cancels_its_run(client: httpx.AsyncClient
     else:
         assert answer.status_code == 404
     assert (await client.get(f"/v1/runs/{run['id']}")).status_code == 404
+
+
+class _Duo(AsyncAgent):
+    """A composite agent whose sub-agent's memory stays empty (no rows are stored for it)."""
+
+    def __init__(self, llm: Any, name: str | None) -> None:
+        super().__init__(llm=llm, name=name)
+        self.critic = AsyncAgent(llm=llm, name="critic")
+
+
+async def test_composite_agent_state_round_trips(app: FastAPI, client: httpx.AsyncClient) -> None:
+    def build(spec: AgentSpec, ctx: BuildContext) -> Any:
+        return _Duo(ctx.llms[spec.model or ""], ctx.name)
+
+    app.state.agentstation.registry.add_kind("duo", build)
+    await make_agent(client, "pair", kind="duo")
+    sid = await make_session(client, "pair")
+    for text in ("one", "two"):
+        assert (await _post(client, sid, message=text)).json()["run"]["status"] == "completed"
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()
+    assert [m["content"] for m in memory["memory"]] == ["one", "one", "two", "two"]
+    ok = await client.put(f"/v1/sessions/{sid}/memory", json={"critic.memory": []})
+    assert ok.status_code == 200  # a key of this agent

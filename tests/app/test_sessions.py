@@ -91,6 +91,11 @@ async def test_memory_put_rejects_bad_messages(client: httpx.AsyncClient) -> Non
     assert bad.status_code == 422
     bad = await client.put(f"/v1/sessions/{sid}/memory", json=[1, 2])
     assert bad.status_code == 400
+    bad = await client.put(
+        f"/v1/sessions/{sid}/memory", json={"writer.memory": [{"content": "x", "sender": "user"}]}
+    )
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "writer.memory"
+    assert bad.json()["error"]["code"] == "unknown_memory_key"
 
 
 async def test_other_tenant_sees_404(
