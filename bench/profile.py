@@ -1,7 +1,8 @@
 """Profile the gateway under load with py-spy: where a request's CPU goes.
 
-``python -m bench.profile chat|agent|session|proxy [--db sqlite|postgres] [--seconds 5]``
-starts the gateway as the benchmarks do, drives it with wrk at 32 connections while py-spy
+``python -m bench.profile chat|agent|session|proxy|stream [--db sqlite|postgres] [--seconds 5]``
+starts the gateway as the benchmarks do, drives it with wrk at 32 connections (``stream``:
+``--connections`` concurrent 20 tokens/s SSE streams) while py-spy
 samples the thread holding the GIL (``--gil``: Python CPU, not threads idling in aiosqlite
 or asyncpg queues), and prints the functions with the most samples (self and inclusive).
 Raw stacks go to bench/results/profile-<target>.txt (for flamegraph.pl or speedscope).
@@ -10,6 +11,7 @@ Raw stacks go to bench/results/profile-<target>.txt (for flamegraph.pl or speeds
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import contextlib
 import re
@@ -23,6 +25,7 @@ from bench.gateway import AGENT, CHAT_BODY, GATEWAY_ENV, SCRIPTED, create_agent,
 from bench.load import LoadSpec, run_load
 from bench.proxy import BODY as PROXY_BODY
 from bench.proxy import mock_model
+from bench.streaming import STREAM_MODEL, run_level
 
 _LINE = re.compile(r":\d+\)$")
 
@@ -55,6 +58,9 @@ def top_functions(raw: str, limit: int = 25) -> str:
 def _target(name: str, db: str, stack: contextlib.ExitStack) -> tuple[int, LoadSpec]:
     env = dict(GATEWAY_ENV)
     models = SCRIPTED
+    if name == "stream":
+        gw = stack.enter_context(gateway_server("gw-profile", STREAM_MODEL, **env))
+        return gw.proc.pid if gw.proc else 0, LoadSpec(name, gw.base_url, {}, [], gw)
     if name == "proxy":
         mock = stack.enter_context(uvicorn_server("mock", "bench.baselines.mock_openai:app"))
         models, env["BENCH_MOCK_KEY"] = mock_model(mock.base_url), "sk-bench"
@@ -74,7 +80,7 @@ def _target(name: str, db: str, stack: contextlib.ExitStack) -> tuple[int, LoadS
 def main(argv: list[str] | None = None) -> int:
     """Start, load, sample, summarize."""
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
-    parser.add_argument("target", choices=["chat", "agent", "session", "proxy"])
+    parser.add_argument("target", choices=["chat", "agent", "session", "proxy", "stream"])
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
@@ -82,19 +88,28 @@ def main(argv: list[str] | None = None) -> int:
     raw_path = Path(tempfile.mkdtemp(prefix="bench-prof-")) / "stacks.txt"
     with contextlib.ExitStack() as stack:
         pid, spec = _target(args.target, args.db, stack)
-        run_load("wrk", spec, args.connections, 1)  # warm-up
+        if args.target != "stream":
+            run_load("wrk", spec, args.connections, 1)  # warm-up
         cmd = [str(VENV_BIN / "py-spy"), "record", "-p", str(pid), "-r", "250", "-f", "raw"]
         cmd += ["-d", str(args.seconds), "-o", str(raw_path), "--nonblocking", "--gil"]
         spy = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        result = run_load("wrk", spec, args.connections, args.seconds)
+        if args.target == "stream":
+            assert spec.server is not None
+            words = int(args.seconds * 20)
+            row = asyncio.run(run_level("gateway", spec.server, args.connections, words))
+            summary = f"stream: {row}"
+        else:
+            result = run_load("wrk", spec, args.connections, args.seconds)
+            summary = (
+                f"{spec.name}: {result.rps:.0f} req/s, p50 {result.p50_ms:.2f} ms, "
+                f"errors {result.errors}"
+            )
         spy.communicate(timeout=args.seconds + 30)
     raw = raw_path.read_text() if raw_path.exists() else ""
     RESULTS_DIR.mkdir(exist_ok=True)
     label = f"{args.target}-{args.db}" if args.target == "session" else args.target
     (RESULTS_DIR / f"profile-{label}.txt").write_text(raw)
-    print(
-        f"{spec.name}: {result.rps:.0f} req/s, p50 {result.p50_ms:.2f} ms, errors {result.errors}"
-    )
+    print(summary)
     print(top_functions(raw))
     return 0
 
