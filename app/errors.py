@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -118,6 +119,40 @@ class Unavailable(AppError):
     code = "engine_unavailable"
 
 
+class DatabaseUnavailable(Unavailable):
+    """503: the database cannot be reached (down, restarting, or every connection busy)."""
+
+    code = "database_unavailable"
+
+    def __init__(self) -> None:
+        super().__init__("the database is unavailable; retry shortly", headers={"retry-after": "1"})
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` (or what caused it) says the database is unreachable, not the query bad."""
+    import asyncpg.exceptions as pg  # the PostgreSQL driver; SQLite errors never match these
+
+    lost = (
+        OSError,  # refused, reset, timed out (ConnectionError and TimeoutError included)
+        pg.PostgresConnectionError,  # the connection dropped mid-operation
+        pg.OperatorInterventionError,  # shutting down, cannot connect now, admin shutdown
+        pg.InterfaceError,  # the connection is closed
+        pg.InternalClientError,  # a connection broken mid-operation
+        sqlalchemy.exc.DisconnectionError,
+        sqlalchemy.exc.TimeoutError,  # no pooled connection free in time
+    )
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, lost):
+            return True
+        if isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def _loc_to_param(loc: Sequence[int | str]) -> str | None:
     """``("body", "spec", "tools", 0, "name")`` -> ``spec.tools[0].name``."""
     parts = list(loc)
@@ -190,6 +225,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(err)
 
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        if database_unavailable(exc):
+            log.warning("database unavailable: %s: %s", type(exc).__name__, exc)
+            return error_response(DatabaseUnavailable())
         log.exception("unhandled error", exc_info=exc)
         return error_response(AppError("internal server error"))
 
@@ -197,4 +235,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(EngineError, engine_error)
+    # Database and network errors are answered here rather than by the catch-all (which
+    # re-raises, so the server drops the connection): a restarting database is a 503.
+    app.add_exception_handler(sqlalchemy.exc.SQLAlchemyError, unexpected)
+    app.add_exception_handler(OSError, unexpected)
     app.add_exception_handler(Exception, unexpected)
