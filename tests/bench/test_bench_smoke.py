@@ -74,3 +74,14 @@ def test_cli_options_and_percentiles() -> None:
     assert pct([1.0, 2.0, 3.0, 4.0], 50) == 2.0 and pct([5.0], 99) == 5.0 and pct([], 50) == 0.0
     with pytest.raises(SystemExit):
         parse_args(["nope"])
+
+
+def test_profile_summary_groups_py_spy_stacks_by_function() -> None:
+    from bench.profile import top_functions
+
+    raw = "main (app/cli.py:10);handler (app/api/x.py:5);dumps (json/__init__.py:231) 3\n"
+    raw += "main (app/cli.py:10);handler (app/api/x.py:7) 1\n"
+    text = top_functions(raw)
+    assert text.startswith("4 samples")
+    assert " 75.0%  dumps (json/__init__.py)" in text  # self time, line numbers merged
+    assert "100.0%  handler (app/api/x.py)" in text  # inclusive, our code only
