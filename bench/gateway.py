@@ -10,6 +10,7 @@ Throughput at ``opts.connections`` connections; added latency at one connection.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 from bench import plots
@@ -58,6 +59,11 @@ def session_spec(name: str, server: ServerProcess, n: int) -> LoadSpec:
     return LoadSpec(name, server.base_url, body, paths, server)
 
 
+def num(value: float, digits: int) -> float | None:
+    """Rounded, or None for NaN (a stalled run has no per-request figure)."""
+    return None if math.isnan(value) else round(value, digits)
+
+
 def _row(
     name: str, thr: LoadResult, lat: LoadResult, base_thr: LoadResult, base_lat: LoadResult
 ) -> dict[str, Any]:
@@ -65,6 +71,8 @@ def _row(
         "target": name,
         "rps": round(thr.rps),
         "vs_echo": round(thr.rps / base_thr.rps, 3),
+        "cpu_us_per_req": num(thr.server_us_per_req, 0),
+        "cpu_vs_echo": num(thr.server_us_per_req / base_thr.server_us_per_req, 2),
     }
     if not stalled(lat):
         row |= {
@@ -142,6 +150,10 @@ def run(opts: BenchOptions) -> BenchResult:
             "stalled cN: at N connections not one request completed within a run (the later "
             "rounds of that target are skipped); see the hot spots."
         )
+    result.notes.append(
+        "cpu_us_per_req: server CPU per completed request at N connections (from /proc); on a "
+        "busy machine its ratio to the echo's is a steadier overhead figure than req/s."
+    )
     if any(r["errors"] for r in result.rows):
         result.notes.append("Some targets answered non-2xx (errors column): figures are suspect.")
     result.notes.append(

@@ -72,6 +72,12 @@ class LoadResult:
     p99_ms: float
     max_ms: float
     gen_cpu_s: float = 0.0  # CPU the generator itself used
+    server_cpu_s: float = 0.0  # CPU the server process used during the run
+
+    @property
+    def server_us_per_req(self) -> float:
+        """Server CPU per completed request (µs): robust to a busy machine, unlike req/s."""
+        return self.server_cpu_s / self.requests * 1e6 if self.requests else float("nan")
 
     def as_row(self) -> dict[str, Any]:
         """Rounded dict for tables and JSON."""
@@ -161,7 +167,11 @@ def run_load(generator: str, spec: LoadSpec, connections: int, duration_s: float
     """One run with the named generator ("wrk" or "aiohttp")."""
     runner: Callable[[LoadSpec, int, float], LoadResult]
     runner = run_wrk if pick_generator(generator) == "wrk" else run_aiohttp
-    return runner(spec, connections, duration_s)
+    before = spec.server.cpu_seconds() if spec.server else 0.0
+    result = runner(spec, connections, duration_s)
+    if spec.server:
+        result.server_cpu_s = spec.server.cpu_seconds() - before
+    return result
 
 
 def wait_idle(server: ServerProcess | None, timeout_s: float = 15.0) -> None:
@@ -214,7 +224,7 @@ def summarize(results: list[LoadResult]) -> LoadResult:
         sum(r.errors for r in results), statistics.median(r.rps for r in results),
         med([r.p50_ms for r in done]), med([r.p90_ms for r in done]),
         med([r.p99_ms for r in done]), max(r.max_ms for r in done),
-        sum(r.gen_cpu_s for r in results),
+        sum(r.gen_cpu_s for r in results), sum(r.server_cpu_s for r in results),
     )  # fmt: skip
 
 

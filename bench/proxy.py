@@ -26,7 +26,7 @@ from bench.common import (
     gateway_server,
     uvicorn_server,
 )
-from bench.gateway import GATEWAY_ENV
+from bench.gateway import GATEWAY_ENV, num
 from bench.load import LoadSpec, alternate, summarize
 
 NAME = "proxy"
@@ -127,6 +127,7 @@ def run(opts: BenchOptions) -> BenchResult:
                 "target": name,
                 "rps": round(t[name].rps, 1),
                 "vs_forwarder": round(t[name].rps / base, 3),
+                "cpu_us_per_req": num(t[name].server_us_per_req, 0),
                 "p50_ms_c1": round(la[name].p50_ms, 3),
                 "p99_ms_c1": round(la[name].p99_ms, 3),
                 f"p50_ms_c{opts.connections}": round(t[name].p50_ms, 2),

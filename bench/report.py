@@ -14,6 +14,8 @@ START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
     if isinstance(value, float):
         return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
     if isinstance(value, bool):
