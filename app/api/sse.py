@@ -13,9 +13,19 @@ from app.runtime.runs import RunManager
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
-# OpenAPI: endpoints that answer JSON or, with ``stream``, an event stream document both.
+# OpenAPI: endpoints that answer JSON or, with ``stream``, an event stream document both
+# (before OpenAPI 3.2 the event-stream ``schema`` describes one event).
+SSE_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "event": {"type": "string"},
+        "data": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
 SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}
+    200: {"content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}}}
 }
 
 
