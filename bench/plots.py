@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from bench.common import RESULTS_DIR
+
+
+def _file(name: str) -> str:
+    # The patched-gateway experiment must not overwrite the product's plots.
+    return f"{name}-patched.png" if os.environ.get("BENCH_GATEWAY_PATCHED") else f"{name}.png"
 
 
 def _pyplot() -> Any:
@@ -29,9 +35,9 @@ def bars(name: str, labels: Sequence[str], values: Sequence[float], title: str, 
     ax.tick_params(axis="x", labelrotation=15)
     fig.tight_layout()
     RESULTS_DIR.mkdir(exist_ok=True)
-    fig.savefig(RESULTS_DIR / f"{name}.png", dpi=100)
+    fig.savefig(RESULTS_DIR / _file(name), dpi=100)
     plt.close(fig)
-    return f"{name}.png"
+    return _file(name)
 
 
 def lines(
@@ -59,6 +65,6 @@ def lines(
     ax.grid(alpha=0.3)
     fig.tight_layout()
     RESULTS_DIR.mkdir(exist_ok=True)
-    fig.savefig(RESULTS_DIR / f"{name}.png", dpi=100)
+    fig.savefig(RESULTS_DIR / _file(name), dpi=100)
     plt.close(fig)
-    return f"{name}.png"
+    return _file(name)
