@@ -45,9 +45,7 @@ async def get_principal(
 ) -> Principal:
     """The caller's tenant (401 without a valid key, unless anonymous access is on)."""
     async with state.sessionmaker() as db:
-        principal = await state.auth.authenticate(db, authorization)
-    request_state = principal
-    return request_state
+        return await state.auth.authenticate(db, authorization)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
