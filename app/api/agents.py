@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from app.deps import DbDep, PrincipalDep, StateDep
+from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
 from app.schemas.agents import AgentCreate, AgentList, AgentPublic, AgentUpdate
 from app.services import agents as service
 
@@ -49,7 +49,9 @@ async def update_agent(
 
 
 @router.delete("/{name}", status_code=204)
-async def delete_agent(name: str, db: DbDep, who: PrincipalDep) -> Response:
-    """Delete the agent and its sessions."""
+async def delete_agent(name: str, db: DbDep, who: PrincipalDep, runs: RunsDep) -> Response:
+    """Delete the agent and its sessions (their running runs are cancelled first)."""
+    for run_id in await service.active_runs(db, who.tenant_id, name):
+        await runs.cancel(run_id, "cancelled")
     await service.delete_agent(db, who.tenant_id, name)
     return Response(status_code=204)

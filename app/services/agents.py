@@ -7,7 +7,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import new_id, utcnow
-from app.db.models import Agent, AgentVersion
+from app.db.models import Agent, AgentVersion, Run
+from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound
 from app.runtime.registry import Registry
 from app.schemas.agents import AgentCreate, AgentPublic, AgentSpec, AgentUpdate
@@ -97,6 +98,17 @@ async def update_agent(
     db.add(AgentVersion(agent_id=agent.id, version=agent.version, spec=agent.spec))
     await db.flush()
     return agent
+
+
+async def active_runs(db: AsyncSession, tenant_id: str, name: str) -> list[str]:
+    """Ids of the queued or running runs on the agent's sessions."""
+    agent = await get_agent(db, tenant_id, name)
+    rows = await db.scalars(
+        sa.select(Run.id)
+        .join(SessionRow, SessionRow.pk == Run.session_pk)
+        .where(SessionRow.agent_id == agent.id, Run.status.in_(("queued", "running")))
+    )
+    return list(rows)
 
 
 async def delete_agent(db: AsyncSession, tenant_id: str, name: str) -> None:

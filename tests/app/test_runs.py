@@ -244,3 +244,14 @@ async def test_composite_agent_state_round_trips(app: FastAPI, client: httpx.Asy
     assert [m["content"] for m in memory["memory"]] == ["one", "one", "two", "two"]
     ok = await client.put(f"/v1/sessions/{sid}/memory", json={"critic.memory": []})
     assert ok.status_code == 200  # a key of this agent
+
+
+async def test_deleting_an_agent_cancels_its_runs(client: httpx.AsyncClient) -> None:
+    await make_agent(client, model="slow")
+    sid = await make_session(client)
+    pending = asyncio.create_task(_post(client, sid))
+    run = await _wait_status(client, sid, "running")
+    assert (await client.delete("/v1/agents/helper")).status_code == 204
+    await asyncio.wait_for(pending, 5)
+    assert (await client.get(f"/v1/runs/{run['id']}")).status_code == 404
+    assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404
