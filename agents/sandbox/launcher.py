@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
-import resource
 import shutil
-import signal
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +12,6 @@ from agents.sandbox.config import Level, SandboxConfig
 
 #: Where the session's work dir appears inside a bubblewrap sandbox.
 SANDBOX_WORKDIR = "/workspace"
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -126,56 +121,60 @@ def _bwrap_args(config: SandboxConfig, spec: LaunchSpec) -> list[str]:
     return args
 
 
-def child_setup(config: SandboxConfig, spec: LaunchSpec) -> Callable[[], None]:
-    """The ``preexec_fn``: join cgroups, set rlimits, drop to the session uid, die with us."""
-    parent = os.getpid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    limits = _rlimits(config, spec.uid is not None)
+def _privilege_drop(config: SandboxConfig, spec: LaunchSpec) -> list[str]:
+    """``prlimit … -- setpriv … --``: limits, the session uid, death with the service.
 
-    def setup() -> None:
-        pid = str(os.getpid()).encode()
-        for procs in spec.cgroup_procs:
-            with open(procs, "wb") as handle:
-                handle.write(pid)
-        for which, value in limits:
-            resource.setrlimit(which, (value, value))
-        if spec.uid is not None:
-            os.setgroups([])
-            os.setgid(spec.uid)
-            os.setuid(spec.uid)
-        # After setuid: a credential change clears the parent-death signal.
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return setup
-
-
-def _rlimits(config: SandboxConfig, own_uid: bool) -> list[tuple[int, int]]:
+    Done by exec-ing util-linux tools rather than in a ``preexec_fn``: running Python in a
+    forked child runs the interpreter's after-fork hooks there, which can tear down state the
+    parent still uses (an event loop's epoll registrations, for one).
+    """
     limits = [
-        (resource.RLIMIT_AS, config.memory_bytes),
-        (resource.RLIMIT_FSIZE, config.max_file_bytes),
-        (resource.RLIMIT_CPU, config.cpu_seconds),
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_NOFILE, 1024),
+        f"--as={config.memory_bytes}",
+        f"--fsize={config.max_file_bytes}",
+        f"--cpu={config.cpu_seconds}",
+        "--core=0",
+        "--nofile=1024",
     ]
     # RLIMIT_NPROC counts every process of the uid: only meaningful with a uid of our own.
-    if own_uid:
-        limits.append((resource.RLIMIT_NPROC, config.max_procs))
-    return limits
+    if spec.uid is not None:
+        limits.append(f"--nproc={config.max_procs}")
+    argv = ["prlimit", *limits, "--"]
+    if spec.uid is not None:
+        # setpriv sets the parent-death signal after the uid change (which clears it).
+        argv += [
+            "setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups",
+            "--no-new-privs", "--pdeathsig=KILL", "--",
+        ]  # fmt: skip
+    return argv
+
+
+# Waits for one line on stdin: the service first moves the process into its cgroups.
+_GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "agentstation-sandbox"]
 
 
 def spawn(config: SandboxConfig, spec: LaunchSpec, marker: str) -> subprocess.Popen[bytes]:
     """Start the kernel process (the bwrap process at L3); its stderr goes to kernel.log."""
+    argv = [*_GATE, *_privilege_drop(config, spec), *kernel_command(config, spec)]
     with open(spec.run_dir / "kernel.log", "wb") as log:
-        return subprocess.Popen(
-            kernel_command(config, spec),
+        proc = subprocess.Popen(
+            argv,
             env=kernel_env(config, spec, marker),
             cwd=str(spec.workdir),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=log,
             stderr=log,
             close_fds=True,
             start_new_session=True,
-            preexec_fn=child_setup(config, spec),
         )
+    assert proc.stdin is not None
+    try:
+        for procs in spec.cgroup_procs:
+            procs.write_text(str(proc.pid))
+        proc.stdin.write(b"go\n")
+    except OSError:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdin.close()
+    return proc

@@ -195,7 +195,8 @@ class KernelPool:
             result = await kernel.execute(code, limit_s or self.config.timeout_s)
             if result.status in ("timeout", "died"):
                 await self._hard_restart(key, kernel, result)
-            workdirs.check_size(self.workdir(key[0]), self.config.workdir_bytes, result)
+            dirs = [self.workdir(key[0]), kernel.run_dir]
+            workdirs.check_size(dirs, self.config.workdir_bytes, result)
             return result
 
     async def _hard_restart(self, key: KernelKey, kernel: SandboxKernel, res: CellResult) -> None:

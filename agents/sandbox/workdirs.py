@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from agents.sandbox.output import CellResult
@@ -42,9 +43,11 @@ def usage(workdir: Path) -> tuple[int, int]:
     return total, entries
 
 
-def check_size(workdir: Path, limit: int, result: CellResult) -> None:
-    """Turn the cell into an error when the work dir is over its size (or entry) limit."""
-    used, entries = usage(workdir)
+def check_size(dirs: Sequence[Path], limit: int, result: CellResult) -> None:
+    """Turn the cell into an error when the writable dirs hold more than the limit."""
+    # The socket dir is writable inside the sandbox too: count it with the work dir.
+    counts = [usage(d) for d in dirs]
+    used, entries = sum(c[0] for c in counts), sum(c[1] for c in counts)
     if used <= limit and entries < _MAX_ENTRIES:
         return
     mib = 1 << 20

@@ -234,3 +234,22 @@ async def test_no_service_environment_inside(pool: KernelPool) -> None:
     cell = await pool.execute("env", "import os; print(sorted(os.environ))")
     assert "AGENTSTATION_TEST_SERVICE_SECRET" not in cell.output
     assert "AGENTSTATION_TEST_DATABASE_URL" not in cell.output
+
+
+FILL = """
+for i in range({n}):
+    with open(f"blob{{i}}.bin", "wb") as f:
+        f.write(b"0" * {size})
+"""
+
+
+async def test_filling_the_workdir_is_reported(pool: KernelPool) -> None:
+    mib = 1 << 20
+    files = pool.config.workdir_bytes // pool.config.max_file_bytes + 1
+    code = FILL.format(n=files, size=pool.config.max_file_bytes)
+    cell = await pool.execute("disk", code, timeout_s=20)
+    assert cell.status == "error" and cell.ename == "DiskQuotaExceeded"
+    too_big = await pool.execute("disk", f"open('huge.bin', 'wb').write(b'0' * {65 * mib})")
+    assert too_big.status == "error"  # RLIMIT_FSIZE: no single file over the limit
+    assert not (pool.workdir("disk") / "huge.bin").stat().st_size > pool.config.max_file_bytes
+    await pool.shutdown_session("disk", remove_files=True)

@@ -74,6 +74,19 @@ async def test_max_kernels_evicts_idle_and_refuses_when_all_busy(small_pool: Ker
     await busy
 
 
+async def test_cancelling_a_call_interrupts_the_cell(pool: KernelPool) -> None:
+    await pool.execute("cancel", "kept = 'yes'")
+    task = asyncio.ensure_future(pool.execute("cancel", "import time; time.sleep(60)"))
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    started = time.monotonic()
+    after = await pool.execute("cancel", "print(kept)")
+    assert after.output == "yes\n"
+    assert time.monotonic() - started < 2  # the sleep was interrupted, not waited out
+
+
 SERVICE = """
 import sys
 from pathlib import Path
