@@ -16,12 +16,26 @@ def advisory_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
+def run_slots(engine: AsyncEngine) -> int:
+    """How many runs may hold a lock connection at once: half of the engine's pool."""
+    pool = engine.sync_engine.pool
+    size = getattr(pool, "size", None)
+    if size is None:  # a pool without a bound (NullPool, StaticPool)
+        return 1_000_000
+    capacity = int(size()) + max(int(getattr(pool, "_max_overflow", 0)), 0)
+    return max(1, capacity // 2)
+
+
 class SessionLocks:
     """Serialises runs (and run admission) per session."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.postgres = engine.dialect.name == "postgresql"
+        # A running run holds a pooled connection (its advisory lock) and needs others to make
+        # progress; capping lock holders at half the pool keeps the rest free, so many busy
+        # sessions queue here instead of deadlocking the pool (30 s pool timeouts for everyone).
+        self._slots = asyncio.Semaphore(run_slots(engine))
         # key -> (lock, holders + waiters); entries go when unused, so idle sessions cost nothing.
         self._run: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._admit: dict[str, tuple[asyncio.Lock, list[int]]] = {}
@@ -53,7 +67,7 @@ class SessionLocks:
             if not self.postgres:
                 yield
                 return
-            async with self.engine.connect() as conn:
+            async with self._slots, self.engine.connect() as conn:
                 await conn.execute(sa.select(sa.func.pg_advisory_lock(advisory_key(key))))
                 try:
                     yield
