@@ -193,7 +193,7 @@ async def test_openai_sdk_errors(sdk: openai.AsyncOpenAI, base_url: str) -> None
 
 
 async def test_openai_backend_against_a_live_upstream(
-    base_url: str, settings_factory: Callable[..., Settings]
+    base_url: str, settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     models = json.dumps(
         [
@@ -206,24 +206,38 @@ async def test_openai_backend_against_a_live_upstream(
             }
         ]
     )
-    import os
-
-    os.environ["UPSTREAM_KEY"] = KEY_A
-    try:
-        with live_server(settings_factory(models=models, api_keys="z:zkey")) as gateway:
-            headers = {"Authorization": "Bearer zkey"}
-            async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=30) as c:
-                raw = await c.post(
-                    "/v1/chat/completions",
-                    json={"model": "remote", "messages": [{"role": "user", "content": "x"}]},
-                )
-                assert raw.json()["choices"][0]["message"]["content"] == "Roses are red."
-                await make_agent(c, "relay", model="remote")
-                sid = await make_session(c, "relay")
-                resp = await c.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
-                assert resp.json()["message"]["content"] == "Violets are blue."
-    finally:
-        del os.environ["UPSTREAM_KEY"]
+    monkeypatch.setenv("UPSTREAM_KEY", KEY_A)
+    with live_server(settings_factory(models=models, api_keys="z:zkey")) as gateway:
+        headers = {"Authorization": "Bearer zkey"}
+        async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=30) as c:
+            raw = await c.post(
+                "/v1/chat/completions",
+                json={"model": "remote", "messages": [{"role": "user", "content": "x"}]},
+            )
+            assert raw.json()["choices"][0]["message"]["content"] == "Roses are red."
+            await make_agent(c, "relay", model="remote")
+            sid = await make_session(c, "relay")
+            resp = await c.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
+            assert resp.json()["message"]["content"] == "Violets are blue."
+            streamed = await c.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "remote",
+                    "messages": [{"role": "user", "content": "x"}],
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                },
+            )
+            chunks = [
+                json.loads(line[6:])
+                for line in streamed.text.splitlines()
+                if line.startswith("data: {")
+            ]
+            text = "".join(
+                ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"]
+            )
+            assert text == "Roses are red." and chunks[-1]["usage"]["completion_tokens"] == 3
+            assert streamed.text.rstrip().endswith("data: [DONE]")
 
 
 async def test_non_stream_client_gone_cancels_the_run(http: httpx.AsyncClient) -> None:
