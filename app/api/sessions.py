@@ -78,10 +78,13 @@ async def delete_session(
 
 
 @router.get("/{session_id}/memory")
-async def get_memory(session_id: str, db: DbDep, who: PrincipalDep) -> dict[str, Any]:
-    """The agent's state_dict for this session."""
-    row, _ = await service.get_session(db, who.tenant_id, session_id)
-    return await service.get_memory(db, row)
+async def get_memory(
+    session_id: str, db: DbDep, who: PrincipalDep, app_state: StateDep
+) -> dict[str, Any]:
+    """The agent's state_dict for this session (every key, empty ones included)."""
+    row, agent = await service.get_session(db, who.tenant_id, session_id)
+    keys = await service.memory_keys(db, app_state, row, agent)
+    return await service.get_memory(db, row, keys)
 
 
 @router.put("/{session_id}/memory")

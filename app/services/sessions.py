@@ -112,11 +112,12 @@ async def active_run(db: AsyncSession, session_pk: str) -> str | None:
     return found
 
 
-async def get_memory(db: AsyncSession, row: SessionRow) -> dict[str, list[dict[str, Any]]]:
-    """The session's state_dict (``memory`` is always present)."""
-    state = await load_state(db, row.pk)
-    state.setdefault("memory", [])
-    return state
+async def get_memory(
+    db: AsyncSession, row: SessionRow, keys: set[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """The session's state_dict: every key of the agent, filled from the stored rows."""
+    stored = await load_state(db, row.pk)
+    return {key: stored.get(key, []) for key in sorted(keys | set(stored))}
 
 
 async def memory_keys(db: AsyncSession, state: AppState, row: SessionRow, agent: Agent) -> set[str]:
@@ -151,8 +152,9 @@ async def replace_memory(
     )
     row.updated_at = utcnow()
     await db.flush()
-    cleaned.setdefault("memory", [])
-    return cleaned
+    for key in keys or ():
+        cleaned.setdefault(key, [])
+    return dict(sorted(cleaned.items()))
 
 
 def _as_message(item: Any) -> Any:

@@ -242,6 +242,7 @@ async def test_composite_agent_state_round_trips(app: FastAPI, client: httpx.Asy
         assert (await _post(client, sid, message=text)).json()["run"]["status"] == "completed"
     memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()
     assert [m["content"] for m in memory["memory"]] == ["one", "one", "two", "two"]
+    assert memory["critic.memory"] == []
     ok = await client.put(f"/v1/sessions/{sid}/memory", json={"critic.memory": []})
     assert ok.status_code == 200  # a key of this agent
 
