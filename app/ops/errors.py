@@ -1,10 +1,11 @@
-"""The OpenAI error envelope as a raw ASGI response, for middlewares that run before routing."""
+"""Error helpers: the OpenAI envelope as a raw ASGI response; telling database outages apart."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.types import Send
 
 
@@ -28,3 +29,16 @@ async def send_error(
     ]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """True for errors that mean "cannot reach the database", not "bad statement"."""
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, DBAPIError):
+        return (
+            bool(exc.connection_invalidated)
+            or isinstance(exc, OperationalError | InterfaceError)
+            or isinstance(exc.orig, ConnectionError | TimeoutError)
+        )
+    return False

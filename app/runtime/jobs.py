@@ -16,6 +16,7 @@ from app.engines.base import EngineError
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, budget_scope
 from app.ops.budget_store import charge_tenant, load_run_budget
+from app.ops.errors import is_database_unavailable
 from app.ops.logging import run_id_var
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, load_message
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Waits between attempts to store a run's end while the database is down (≈ 2 minutes).
+FINISH_RETRY_S = (0.2, 0.5, 1.0, *([2.0] * 60))
 # cancel mode -> (final status, whether completed messages are kept)
 CANCEL_MODES: dict[str, tuple[str, bool]] = {
     "cancelled": ("cancelled", False),
@@ -97,22 +100,38 @@ async def execute(manager: RunManager, job: Job) -> None:
         # Stopped at a model-call boundary: keep what the turn produced so far.
         job.finishing = True
         after = agent.state_dict(job.session_key) if agent is not None else None
-        await _guard(_finish(manager, job, "completed", BUDGET_STOP, result, before, after))
+        await _finish_safely(manager, job, "completed", BUDGET_STOP, result, before, after)
     except asyncio.CancelledError:
         mode = job.cancel_mode or "shutdown"
         status, keep = CANCEL_MODES.get(mode, ("cancelled", False))
         after = agent.state_dict(job.session_key) if keep and agent is not None else None
-        await _guard(_finish(manager, job, status, mode, result, before, after))
+        await _finish_safely(manager, job, status, mode, result, before, after)
     except Exception as exc:
         log.exception("run %s failed", job.run_id)
         error = {"message": str(exc) or type(exc).__name__, "type": type(exc).__name__}
         if isinstance(exc, EngineError):
             error["code"] = exc.code
-        await _guard(_finish(manager, job, "failed", "error", result, before, None, error))
+        await _finish_safely(manager, job, "failed", "error", result, before, None, error)
     finally:
         await _guard(job.channel.close())
         job.done.set()
         manager.forget(job)
+
+
+async def _finish_safely(manager: RunManager, job: Job, *args: Any) -> None:
+    """``_finish``, retried while the database is unreachable (else the run stays active
+    and its session busy after the outage); other errors are logged."""
+    for delay in FINISH_RETRY_S:
+        try:
+            await _finish(manager, job, *args)
+            return
+        except Exception as exc:
+            if not is_database_unavailable(exc):
+                log.exception("finishing a run failed")
+                return
+            log.warning("database unavailable while finishing run %s; retrying", job.run_id)
+            await asyncio.sleep(delay)
+    log.error("gave up finishing run %s: the database stayed unavailable", job.run_id)
 
 
 async def _guard(coro: Any) -> None:
