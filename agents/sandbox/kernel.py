@@ -20,16 +20,13 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.connect import write_connection_file
 
 from agents.sandbox import cgroups
+from agents.sandbox.channels import KernelChannels, KernelStartError
 from agents.sandbox.config import Level, SandboxConfig
 from agents.sandbox.launcher import LaunchSpec, spawn
 from agents.sandbox.output import CellResult, OutputCollector
 
 log = logging.getLogger("agents.sandbox")
 _POLL_MS = 200  # how often a waiting cell checks that the kernel process is still alive
-
-
-class KernelStartError(RuntimeError):
-    """The kernel process could not be started or never answered."""
 
 
 class SandboxKernel:
@@ -53,12 +50,15 @@ class SandboxKernel:
         self.uid = uid
         self.proc: subprocess.Popen[bytes] | None = None
         self.cgroup: cgroups.KernelCgroup | None = None
-        self.client: AsyncKernelClient | None = None
-        self._context: zmq.asyncio.Context | None = None
-        self._monitor: zmq.Socket[bytes] | None = None
+        self.channels: KernelChannels | None = None
         self.last_used = time.monotonic()
         self.busy = False
         self.started_at = 0.0
+
+    @property
+    def client(self) -> AsyncKernelClient | None:
+        """The connected jupyter_client (None before start and after kill)."""
+        return self.channels.client if self.channels is not None else None
 
     @property
     def alive(self) -> bool:
@@ -87,9 +87,9 @@ class SandboxKernel:
             cgroup_procs=self.cgroup.procs_files if self.cgroup else (),
         )
         self.proc = spawn(self.config, spec, marker)
-        self._connect(conn)
+        self.channels = KernelChannels(conn, self.config.max_message_bytes)
         try:
-            await self._wait_ready()
+            await self.channels.wait_ready(lambda: self.alive, self.config.start_timeout_s)
         except KernelStartError as exc:
             detail = self._log_tail()
             self.kill()
@@ -110,87 +110,6 @@ class SandboxKernel:
         except OSError:
             return ""
 
-    def _connect(self, conn: Path) -> None:
-        ctx = zmq.asyncio.Context()
-        # A message over this size drops the connection instead of being read into memory.
-        ctx.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
-        ctx.setsockopt(zmq.RCVHWM, 64)
-        ctx.setsockopt(zmq.LINGER, 0)
-        self._context = ctx
-        client = AsyncKernelClient(context=ctx)
-        client.load_connection_file(str(conn))
-        client.start_channels(hb=False)
-        self.client = client
-        self._watch_iopub()
-
-    def _watch_iopub(self) -> None:
-        assert self.client is not None and self.client.iopub_channel.socket is not None
-        monitor = self.client.iopub_channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        # A blocking view of the monitor socket, read without awaiting.
-        self._monitor_async = monitor
-        self._monitor = zmq.Socket.shadow(monitor.underlying)
-
-    async def _reconnect_iopub(self) -> None:
-        """A dropped IOPub connection does not come back by itself: open a new socket."""
-        assert self.client is not None
-        if self._monitor is not None:
-            self._monitor = None
-            self._monitor_async.close(linger=0)
-        self.client.iopub_channel.close()
-        self.client._iopub_channel = None
-        self.client.iopub_channel.start()
-        self._watch_iopub()
-        # PUB/SUB drops what is sent before the subscription lands: wait for proof it did.
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline:
-            self.client.kernel_info()
-            with contextlib.suppress(Exception):
-                await self.client.get_iopub_msg(timeout=0.1)
-                break
-        await self._drain_shell()
-        await self._drain_iopub(0.02)
-
-    async def _wait_ready(self) -> None:
-        assert self.client is not None
-        deadline = time.monotonic() + self.config.start_timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive:
-                code = self.proc.returncode if self.proc else None
-                raise KernelStartError(f"kernel exited during start-up (exit code {code})")
-            # Replies to earlier requests count too: any answer means the kernel is up.
-            self.client.kernel_info()
-            with contextlib.suppress(Exception):
-                reply = await self.client.get_shell_msg(timeout=0.25)
-                if reply["msg_type"] == "kernel_info_reply":
-                    await self._drain_shell()
-                    await self._drain_iopub(0.05)
-                    return
-        raise KernelStartError(f"kernel did not answer within {self.config.start_timeout_s}s")
-
-    async def _drain_shell(self) -> None:
-        assert self.client is not None
-        with contextlib.suppress(Exception):
-            while True:
-                await self.client.get_shell_msg(timeout=0)
-
-    async def _drain_iopub(self, wait: float) -> None:
-        assert self.client is not None
-        with contextlib.suppress(Exception):
-            while True:
-                await self.client.get_iopub_msg(timeout=wait)
-
-    def _dropped_messages(self) -> bool:
-        """Whether IOPub was disconnected (an over-size message) since the last check."""
-        dropped = False
-        if self._monitor is None:
-            return False
-        while True:
-            try:
-                self._monitor.recv_multipart(flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return dropped
-            dropped = True
-
     async def execute(self, code: str, limit_s: float) -> CellResult:
         """Run one cell; on timeout interrupt, and past the grace report it for a restart."""
         assert self.client is not None
@@ -203,7 +122,8 @@ class SandboxKernel:
 
     async def _execute(self, code: str, limit_s: float) -> CellResult:
         assert self.client is not None
-        self._dropped_messages()
+        assert self.channels is not None
+        self.channels.dropped_messages()
         collector = OutputCollector(self.config.output_bytes)
         # stop_on_error=False: the cell after an interrupt must not come back "aborted".
         msg_id = self.client.execute(code, stop_on_error=False, allow_stdin=False)
@@ -225,9 +145,9 @@ class SandboxKernel:
                     result.traceback = []
                     return result
             return result
-        if self._dropped_messages():
+        if self.channels.dropped_messages():
             collector.truncate()
-            await self._reconnect_iopub()
+            await self.channels.reconnect_iopub()
         elif not collector.idle and self.alive:
             collector.truncate()
         result.execution_count = reply["content"].get("execution_count")
@@ -311,16 +231,9 @@ class SandboxKernel:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _close_client(self) -> None:
-        if self._monitor is not None:
-            self._monitor = None
-            self._monitor_async.close(linger=0)
-        if self.client is not None:
-            with contextlib.suppress(Exception):
-                self.client.stop_channels()
-            self.client = None
-        if self._context is not None:
-            self._context.destroy(linger=0)
-            self._context = None
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
 
     def oom_killed(self) -> bool:
         """Whether the memory cgroup killed a process of this kernel."""

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import secrets
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -88,17 +89,10 @@ class KernelPool:
 
     def save_file(self, session_key: str, relpath: str, data: bytes) -> str:
         """Write a file into the session's work dir; returns its path as the kernel sees it."""
-        workdir = self.workdir(session_key)
-        target = workdir / relpath
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        uid = self._uids.get(session_key)
-        if uid is not None:
-            for path in (target.parent, target):
-                os.chown(path, uid, uid)
-        if self.level == "L3":
-            return f"{SANDBOX_WORKDIR}/{relpath}"
-        return str(target)
+        target = workdirs.save(
+            self.workdir(session_key), relpath, data, self._uids.get(session_key)
+        )
+        return f"{SANDBOX_WORKDIR}/{relpath}" if self.level == "L3" else str(target)
 
     async def aclose(self) -> None:
         """Stop every kernel and the pool's thread."""
@@ -162,7 +156,9 @@ class KernelPool:
         own.mkdir(mode=0o711)
         self._lock = FileLock(own / ".lock")
         self._lock.try_acquire()
-        self._allocator = UidAllocator(base / "uids", self.config.uid_base, self.config.uid_count)
+        # Machine-wide: a pool releasing a uid kills its processes, so pools never share one.
+        lock_dir = Path("/run/agentstation/uids") if os.geteuid() == 0 else base / "uids"
+        self._allocator = UidAllocator(lock_dir, self.config.uid_base, self.config.uid_count)
 
     def _uid_for(self, session_key: str) -> int | None:
         if self.level == "L0" or self._allocator is None:
@@ -299,8 +295,6 @@ class KernelPool:
         await asyncio.gather(*(self._drop(key) for key in list(self.kernels)))
         if self._allocator is not None:
             self._allocator.release_all()
-        import shutil
-
         shutil.rmtree(self.run_root / self.pool_id, ignore_errors=True)
         if self._lock is not None:
             self._lock.release()

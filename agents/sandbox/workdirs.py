@@ -61,6 +61,17 @@ def check_size(dirs: Sequence[Path], limit: int, result: CellResult) -> None:
         result.ename, result.evalue = "DiskQuotaExceeded", note.split(": ", 1)[1]
 
 
+def save(workdir: Path, relpath: str, data: bytes, uid: int | None) -> Path:
+    """Write ``data`` under the work dir, owned by the session's uid."""
+    target = workdir / relpath
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    if uid is not None:
+        for path in (target.parent, target):
+            os.chown(path, uid, uid)
+    return target
+
+
 def remove(workdir: Path) -> None:
     """Delete a session's files."""
     shutil.rmtree(workdir, ignore_errors=True)

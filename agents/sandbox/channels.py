@@ -1,0 +1,109 @@
+"""The client side of one kernel: zmq sockets with a size cap, readiness, IOPub recovery."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+from jupyter_client.asynchronous import AsyncKernelClient
+
+
+class KernelStartError(RuntimeError):
+    """The kernel process could not be started or never answered."""
+
+
+class KernelChannels:
+    """An ``AsyncKernelClient`` whose IOPub drops over-size messages and is watched for it."""
+
+    def __init__(self, connection_file: Path, max_message_bytes: int) -> None:
+        ctx = zmq.asyncio.Context()
+        # A message over this size drops the connection instead of being read into memory.
+        ctx.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        ctx.setsockopt(zmq.RCVHWM, 64)
+        ctx.setsockopt(zmq.LINGER, 0)
+        self._context = ctx
+        self.client = AsyncKernelClient(context=ctx)
+        self.client.load_connection_file(str(connection_file))
+        self.client.start_channels(hb=False)
+        self._monitor: zmq.Socket[bytes] | None = None
+        self._watch_iopub()
+
+    def _watch_iopub(self) -> None:
+        socket = self.client.iopub_channel.socket
+        assert socket is not None
+        self._monitor_async = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        # A blocking view of the monitor socket, read without awaiting.
+        self._monitor = zmq.Socket.shadow(self._monitor_async.underlying)
+
+    def _unwatch_iopub(self) -> None:
+        if self._monitor is not None:
+            self._monitor = None
+            self._monitor_async.close(linger=0)
+
+    def dropped_messages(self) -> bool:
+        """Whether IOPub was disconnected (an over-size message) since the last check."""
+        dropped = False
+        if self._monitor is None:
+            return False
+        while True:
+            try:
+                self._monitor.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return dropped
+            dropped = True
+
+    async def reconnect_iopub(self) -> None:
+        """A dropped IOPub connection does not come back by itself: open a new socket."""
+        self._unwatch_iopub()
+        self.client.iopub_channel.close()
+        self.client._iopub_channel = None
+        self.client.iopub_channel.start()
+        self._watch_iopub()
+        # PUB/SUB drops what is sent before the subscription lands: wait for proof it did.
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            self.client.kernel_info()
+            with contextlib.suppress(Exception):
+                await self.client.get_iopub_msg(timeout=0.1)
+                break
+        await self.drain_shell()
+        await self.drain_iopub(0.02)
+
+    async def wait_ready(self, alive: Callable[[], bool], timeout_s: float) -> None:
+        """Until the kernel answers ``kernel_info``; raises if it exits or stays silent."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not alive():
+                raise KernelStartError("kernel exited during start-up")
+            # Replies to earlier requests count too: any answer means the kernel is up.
+            self.client.kernel_info()
+            with contextlib.suppress(Exception):
+                reply = await self.client.get_shell_msg(timeout=0.25)
+                if reply["msg_type"] == "kernel_info_reply":
+                    await self.drain_shell()
+                    await self.drain_iopub(0.05)
+                    return
+        raise KernelStartError(f"kernel did not answer within {timeout_s:g} s")
+
+    async def drain_shell(self) -> None:
+        """Discard queued shell replies."""
+        with contextlib.suppress(Exception):
+            while True:
+                await self.client.get_shell_msg(timeout=0)
+
+    async def drain_iopub(self, wait: float) -> None:
+        """Discard IOPub messages until none arrives for ``wait`` seconds."""
+        with contextlib.suppress(Exception):
+            while True:
+                await self.client.get_iopub_msg(timeout=wait)
+
+    def close(self) -> None:
+        """Close every socket and the context."""
+        self._unwatch_iopub()
+        with contextlib.suppress(Exception):
+            self.client.stop_channels()
+        self._context.destroy(linger=0)
