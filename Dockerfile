@@ -54,6 +54,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     AGENTSTATION_HOST=0.0.0.0 \
     AGENTSTATION_PORT=8000 \
     AGENTSTATION_LOG_FORMAT=json \
+    AGENTSTATION_SHUTDOWN_GRACE_S=20 \
     AGENTSTATION_SANDBOX_BASE_DIR=/var/lib/agentstation/sandbox \
     AGENTSTATION_SANDBOX_KERNEL_ENV=/opt/agentstation/kernel-env \
     VLLM_CPU_KVCACHE_SPACE=1
@@ -91,6 +92,7 @@ ENV PYTHONUNBUFFERED=1 \
     AGENTSTATION_HOST=0.0.0.0 \
     AGENTSTATION_PORT=8000 \
     AGENTSTATION_LOG_FORMAT=json \
+    AGENTSTATION_SHUTDOWN_GRACE_S=20 \
     AGENTSTATION_SANDBOX_BASE_DIR=/var/lib/agentstation/sandbox \
     AGENTSTATION_SANDBOX_KERNEL_ENV=/opt/agentstation/kernel-env
 RUN mkdir -p /var/lib/agentstation/sandbox

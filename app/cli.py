@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import importlib.util
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,6 +59,9 @@ def serve(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         proxy_headers=True,
+        # On SIGTERM: stop accepting, give open requests this long, then the lifespan gives
+        # detached runs the same again before interrupting what is left.
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) or None,
     )
     return 0
 

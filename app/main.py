@@ -86,7 +86,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for closer in extra:
             if closer is not None:
                 await closer()
-        await state.runs.aclose()
+        await state.runs.aclose(settings.shutdown_grace_s)
         sandbox.cancel()
         with contextlib.suppress(BaseException):
             await sandbox

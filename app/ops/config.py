@@ -24,6 +24,9 @@ class OpsSettings(BaseSettings):
     session_ttl_s: float = Field(default=0.0, ge=0)  # idle finished sessions; 0 = keep
     run_events_ttl_s: float = Field(default=0.0, ge=0)  # event logs of finished runs; 0 = keep
     retention_interval_s: float = Field(default=300.0, gt=0)
+    # On shutdown, running runs get this long to finish before they are interrupted
+    # (0: interrupt at once; the images set 20).
+    shutdown_grace_s: float = Field(default=0.0, ge=0)
 
     @field_validator("rate_limit")
     @classmethod

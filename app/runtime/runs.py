@@ -290,8 +290,13 @@ class RunManager:
             count += 1
         return count
 
-    async def aclose(self) -> None:
-        """Interrupt every run of this process (shutdown)."""
+    async def aclose(self, grace_s: float = 0.0) -> None:
+        """Let runs finish for up to ``grace_s``, then interrupt the rest (shutdown)."""
+        waiting = [job.done.wait() for job in self.jobs.values()]
+        if waiting and grace_s > 0:
+            log.info("shutdown: waiting up to %.0fs for %d runs", grace_s, len(waiting))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waiting), grace_s)
         for run_id in list(self.jobs):
             await self.cancel(run_id, "shutdown")
         for task in list(self._background):
