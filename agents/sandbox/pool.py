@@ -61,9 +61,8 @@ class KernelPool:
     @property
     def level_ok(self) -> bool:
         """Whether the detected level meets ``min_level``."""
-        return self.level is not None and level_rank(self.level) >= level_rank(
-            self.config.min_level
-        )
+        minimum = level_rank(self.config.min_level)
+        return self.level is not None and level_rank(self.level) >= minimum
 
     async def execute(
         self, session_key: str, code: str, *, agent: str = "default", timeout_s: float | None = None
@@ -149,8 +148,7 @@ class KernelPool:
             d.mkdir(parents=True, exist_ok=True)
             # Traversable, not listable: a kernel reaches only dirs whose names it is given.
             d.chmod(0o711)
-        reaped = reap_leftovers(self.run_root)
-        if reaped:
+        if reaped := reap_leftovers(self.run_root):
             log.warning("reaped %d leftover sandbox run dirs", reaped)
         own = self.run_root / self.pool_id
         own.mkdir(mode=0o711)
@@ -199,16 +197,13 @@ class KernelPool:
         """Kill the whole sandbox; the next cell starts a fresh kernel on new sockets."""
         oom = kernel.oom_killed()
         await self._drop(key)
-        if res.status == "died":
-            cause = (
-                "out of memory" if oom else f"exit code {kernel.proc and kernel.proc.returncode}"
-            )
-            res.ename, res.evalue = "KernelDied", f"the kernel died ({cause})"
-        else:
-            res.ename = "TimeoutError"
-            res.evalue = (
-                f"the cell did not stop within {self.config.interrupt_grace_s:g} s of an interrupt"
-            )
+        code = kernel.proc.returncode if kernel.proc else None
+        grace = self.config.interrupt_grace_s
+        res.ename, res.evalue = (
+            ("KernelDied", f"the kernel died ({'out of memory' if oom else f'exit code {code}'})")
+            if res.status == "died"
+            else ("TimeoutError", f"the cell did not stop within {grace:g} s of an interrupt")
+        )
         res.notes.append(
             f"{res.ename}: {res.evalue}; the kernel was restarted "
             "(variables are lost, files in the work dir are kept)"
@@ -286,7 +281,10 @@ class KernelPool:
                 idle = now - kernel.last_used
                 if not kernel.busy and (idle > self.config.idle_timeout_s or not kernel.alive):
                     log.info("stopping kernel of session %s (idle %.0f s)", key[0], idle)
-                    await self._drop(key)
+                    try:
+                        await self._drop(key)
+                    except Exception:  # one failed stop must not end reaping for all
+                        log.exception("stopping kernel of session %s failed", key[0])
 
     async def _aclose(self) -> None:
         self.closed = True
