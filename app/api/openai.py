@@ -84,7 +84,8 @@ async def chat_completions(
             spec = AgentSpec.model_validate(agent.spec)
             chat.check_ready(state, spec)
             chat.split_input(body.messages)  # 400 before any byte is streamed
-            pieces = chat.stateless_pieces(state, spec, agent.name, body)
+            await chat.preflight_tenant(state, who.tenant_id)  # and 429 for a spent budget
+            pieces = chat.stateless_pieces(state, spec, agent.name, body, who.tenant_id)
         if body.stream:
             return await _sse(chat.chunks(agent.name, pieces, include_usage))
         final = chat.Piece()

@@ -13,6 +13,8 @@ from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
 from app.db.models import Agent
 from app.errors import BadRequest, NotFound, Unavailable
+from app.ops.budget import RunBudget, budget_scope
+from app.ops.budget_store import charge_tenant, preflight, tenant_budget
 from app.runtime.messages import dump_message
 from app.runtime.runner import stream_turn
 from app.runtime.runs import Submission
@@ -80,9 +82,13 @@ class _Texts:
 
 
 async def stateless_pieces(
-    state: AppState, spec: AgentSpec, agent_name: str, req: ChatCompletionRequest
+    state: AppState,
+    spec: AgentSpec,
+    agent_name: str,
+    req: ChatCompletionRequest,
+    tenant_id: str | None = None,
 ) -> AsyncIterator[Piece]:
-    """Run the agent over the request's messages without storing anything."""
+    """Run the agent over the request's messages without storing anything (but its usage)."""
     check_ready(state, spec)
     history, text = split_input(req.messages)
     agent = state.build_agent(spec, agent_name)
@@ -92,15 +98,33 @@ async def stateless_pieces(
     agent.load_state_dict(memory, session_id=key)
     texts = _Texts()
     answer = ""
-    with usage_scope() as usage:
-        async for chunk in stream_turn(
-            agent, AgentMessage(sender="user", content=text), key, req.gen_params()
-        ):
-            if out := texts.piece(chunk.content, int(chunk.stream_state)):
-                yield Piece(out)
-            if int(chunk.stream_state) == int(AgentStatusCode.END):
-                answer = content_text(chunk.content)
+    with usage_scope() as usage, budget_scope(await _tenant_budget(state, tenant_id, usage)):
+        try:
+            async for chunk in stream_turn(
+                agent, AgentMessage(sender="user", content=text), key, req.gen_params()
+            ):
+                if out := texts.piece(chunk.content, int(chunk.stream_state)):
+                    yield Piece(out)
+                if int(chunk.stream_state) == int(AgentStatusCode.END):
+                    answer = content_text(chunk.content)
+        finally:
+            if tenant_id is not None:  # the tenant's budget counts stateless runs too
+                async with state.sessionmaker() as db, db.begin():
+                    await charge_tenant(db, tenant_id, usage.total_tokens)
     yield Piece(final=True, usage=usage, answer=answer)
+
+
+async def _tenant_budget(state: AppState, tenant_id: str | None, usage: Usage) -> RunBudget:
+    if tenant_id is None:
+        return RunBudget(usage=usage)
+    async with state.sessionmaker() as db:
+        limit, used = await tenant_budget(db, tenant_id)
+    return RunBudget.build(usage, tenant_limit=limit, tenant_used=used)
+
+
+async def preflight_tenant(state: AppState, tenant_id: str) -> None:
+    """429 ``budget_exceeded`` before anything streams when the tenant's budget is spent."""
+    (await _tenant_budget(state, tenant_id, Usage())).preflight()
 
 
 async def session_submission(
@@ -120,6 +144,7 @@ async def session_submission(
                 f"session {session_id!r} belongs to agent {row_agent.name!r}", param="X-Session-Id"
             )
         spec = await agent_spec(db, agent.id, row.agent_version)
+        await preflight(db, tenant_id, row.pk, spec.budget)  # 429 budget_exceeded when spent
     check_ready(state, spec)
     return Submission(
         tenant_id=tenant_id,

@@ -97,14 +97,17 @@ async def test_tenant_budget_from_the_cli_covers_all_sessions(
     )
     await make_agent(client, "echoer", model="echo")
     first, second = await make_session(client, "echoer"), await make_session(client, "echoer")
-    resp = await send(client, first, "one two three four")
-    assert resp.status_code == 200 and resp.json()["run"]["stop_reason"] == "end"
+    # A stateless chat completion on the agent counts against the tenant too.
+    chat = {"model": "echoer", "messages": [{"role": "user", "content": "one two three four"}]}
+    done = await client.post("/v1/chat/completions", json=chat)
+    assert done.status_code == 200, done.text
     for sid in (first, second):
         refused = await send(client, sid, "more")
         assert refused.status_code == 429
         assert "tenant token budget exhausted" in refused.json()["error"]["message"]
+    assert (await client.post("/v1/chat/completions", json=chat)).status_code == 429
     metrics = (await client.get("/metrics")).text
-    assert 'agentstation_budget_exceeded_total{scope="tenant"} 2.0' in metrics
+    assert 'agentstation_budget_exceeded_total{scope="tenant"} 3.0' in metrics
 
 
 def test_budget_in_a_spec_is_validated() -> None:
