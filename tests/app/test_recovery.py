@@ -61,6 +61,12 @@ async def test_runs_left_running_become_interrupted(
         resp = await c.post(f"/v1/sessions/{sid}/messages", json={"message": "z"})
         assert resp.json()["run"]["status"] == "completed"
         assert (await c.get(f"/v1/runs/{done['id']}")).json()["status"] == "completed"
+        # The finished run's events come back from the database after the restart.
+        replay = parse_sse((await c.get(f"/v1/runs/{done['id']}/events")).text)
+        events = [f for f in replay if "event" in f]
+        assert events[0]["event"] == "run.created" and events[-1]["event"] == "run.completed"
+        assert [int(f["id"]) for f in events] == list(range(1, len(events) + 1))
+        assert any(f["event"] == "message.delta" for f in events)
 
 
 async def test_pings_and_coalesced_deltas(settings_factory: Callable[..., Settings]) -> None:
