@@ -33,12 +33,16 @@ async def send_error(
 
 def is_database_unavailable(exc: BaseException) -> bool:
     """True for errors that mean "cannot reach the database", not "bad statement"."""
+    from app.errors import database_unavailable
+
     if isinstance(exc, ConnectionError | TimeoutError):
         return True
-    if isinstance(exc, DBAPIError):
-        return (
-            bool(exc.connection_invalidated)
-            or isinstance(exc, OperationalError | InterfaceError)
-            or isinstance(exc.orig, ConnectionError | TimeoutError)
-        )
-    return False
+    if isinstance(exc, DBAPIError) and (
+        bool(exc.connection_invalidated)
+        or isinstance(exc, OperationalError | InterfaceError)
+        or isinstance(exc.orig, ConnectionError | TimeoutError)
+    ):
+        return True
+    # The driver's own classes along the cause chain ("the database system is starting up",
+    # "terminating connection due to administrator command", a pool timeout…).
+    return database_unavailable(exc)
