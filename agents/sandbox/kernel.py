@@ -22,7 +22,7 @@ from jupyter_client.connect import write_connection_file
 from agents.sandbox import cgroups
 from agents.sandbox.channels import KernelChannels, KernelStartError
 from agents.sandbox.config import Level, SandboxConfig
-from agents.sandbox.launcher import LaunchSpec, spawn
+from agents.sandbox.launcher import LaunchSpec, spawn, write_startup
 from agents.sandbox.output import CellResult, OutputCollector
 
 log = logging.getLogger("agents.sandbox")
@@ -73,6 +73,7 @@ class SandboxKernel:
         # ipc sockets live in the run dir, bound at the same path inside the sandbox.
         key = secrets.token_hex(16).encode()
         write_connection_file(str(conn), transport="ipc", ip=str(self.run_dir / "k"), key=key)
+        write_startup(self.config, self.run_dir)
         if self.uid is not None:
             # The connection file is written readable only by its creator: hand it over.
             for path in (self.run_dir, conn):

@@ -58,6 +58,39 @@ def kernel_env(config: SandboxConfig, spec: LaunchSpec, marker: str) -> dict[str
     }
 
 
+STARTUP_FILE = "startup.py"
+# Cooperative: cuts a huge print inside the kernel (so it is fast and shows its first part).
+# Code can bypass it; the service-side limit and zmq MAXMSGSIZE still hold then.
+_STARTUP = """
+def _agentstation_cap_output(limit):
+    import sys
+    state = {"left": limit}
+    def reset(*_):
+        state["left"] = limit
+    def capped(write):
+        def capped_write(text):
+            left = state["left"]
+            if len(text) > left:
+                state["left"] = 0
+                if left > 0:
+                    write(text[:left])
+                return len(text)
+            state["left"] = left - len(text)
+            return write(text)
+        return capped_write
+    for stream in (sys.stdout, sys.stderr):
+        stream.write = capped(stream.write)
+    get_ipython().events.register("pre_execute", reset)
+_agentstation_cap_output(%d)
+del _agentstation_cap_output
+"""
+
+
+def write_startup(config: SandboxConfig, run_dir: Path) -> None:
+    """The file the kernel runs at start (one character over the limit marks truncation)."""
+    (run_dir / STARTUP_FILE).write_text(_STARTUP % (config.output_bytes + 1))
+
+
 def kernel_command(config: SandboxConfig, spec: LaunchSpec) -> list[str]:
     """argv for the kernel; at L3 wrapped in bubblewrap."""
     kernel = [
@@ -68,6 +101,7 @@ def kernel_command(config: SandboxConfig, spec: LaunchSpec) -> list[str]:
         str(spec.connection_file),
         "--IPKernelApp.parent_handle=0",
         "--HistoryManager.enabled=False",
+        f"--IPKernelApp.exec_files={spec.run_dir / STARTUP_FILE}",
     ]
     if spec.level != "L3":
         return kernel
