@@ -45,6 +45,23 @@ async def _round_trips(pool: KernelPool, n: int) -> list[float]:
     return times
 
 
+async def _baseline_round_trips(n: int) -> list[float]:
+    """Plain jupyter_client (TCP, no sandbox, no pool) under the same machine load."""
+    from jupyter_client.manager import start_new_async_kernel
+
+    manager, client = await start_new_async_kernel(kernel_name="python3")
+    try:
+        times = []
+        for _ in range(n + 1):
+            start = time.perf_counter()
+            await client.execute_interactive("1", timeout=10, output_hook=lambda _msg: None)
+            times.append(time.perf_counter() - start)
+        return times[1:]
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(now=True)
+
+
 async def _tool_round_trips(pool: KernelPool, n: int) -> list[float]:
     tool = AsyncIPythonInteractive(pool=pool)
     token = current_session_id.set("bench-tool")
@@ -100,6 +117,10 @@ async def measure(opts: BenchOptions) -> BenchResult:
             {"what": "cell round trip (tool → ActionReturn)", "n": n,
              **_ms(await _tool_round_trips(pool, n))},
         ]  # fmt: skip
+        base_rt = await _baseline_round_trips(n)
+        rows.append(
+            {"what": "baseline: plain jupyter_client", "n": n, **_ms(base_rt), "level": "none"}
+        )
         cold = await _cold_starts(pool, 2 if opts.quick else 5)
         rows.append({"what": "kernel cold start + first cell", "n": len(cold), **_ms(cold)})
         conc_n = 4 if opts.quick else 8
@@ -109,7 +130,7 @@ async def measure(opts: BenchOptions) -> BenchResult:
         rows.append({"what": "pool start (self-test)", "n": 1,
                      "median_ms": round(selftest_s * 1000, 1)})  # fmt: skip
         for row in rows:
-            row["level"] = level
+            row.setdefault("level", level)
         result.rows = rows
         median = float(rows[0]["median_ms"])
         result.goals.append(
