@@ -35,7 +35,13 @@ def default_models(settings: Settings) -> Settings:
         model = ModelConfig(name="demo", backend="vllm", path=str(DEMO_MODEL_DIR.resolve()))
     else:
         model = ModelConfig(name="demo", backend="scripted")
-    print(f"no AGENTSTATION_MODELS: serving model 'demo' ({model.backend})", file=sys.stderr)
+    print(
+        f"no AGENTSTATION_MODELS: serving model 'demo' ({model.backend}). It has random weights, so"
+        " its output is random text. To serve a real model set AGENTSTATION_MODELS, e.g."
+        """ '[{"name": "qwen", "backend": "vllm", "path": "Qwen/Qwen2.5-7B-Instruct"}]'"""
+        " (a hub id or a local directory); see docs/engine.md.",
+        file=sys.stderr,
+    )
     return settings.model_copy(update={"models": [model]})
 
 
