@@ -45,7 +45,7 @@ async def test_state_persists_per_session_and_not_across(pool: KernelPool) -> No
 
 async def test_sessions_run_concurrently(pool: KernelPool) -> None:
     executor = AsyncActionExecutor(actions=[AsyncIPythonInteractive(pool=pool)])
-    code = "import time; t0 = time.time(); time.sleep(1); print(t0, time.time())"
+    code = "import time; t0 = time.time(); time.sleep(2); print(t0, time.time())"
     replies = await asyncio.gather(
         *(executor(call(code), session_id=f"t1:par{i}") for i in range(2))
     )
