@@ -146,3 +146,24 @@ def test_pool_refuses_after_close() -> None:
     pool.close()
     with pytest.raises(SandboxError, match="closed"):
         pool.execute_sync("s", "1")
+
+
+def test_without_bubblewrap_the_self_test_finds_l1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agents.sandbox.selftest.bwrap_path", lambda: None)
+    base = make_base_dir()
+    secret = base / "root-only.txt"
+    secret.write_text("secret")
+    secret.chmod(0o600)
+    strict = KernelPool(sandbox_config(base))
+    lenient = KernelPool(sandbox_config(base, min_level="L1"))
+    try:
+        assert strict.start_sync() == "L1"
+        with pytest.raises(SandboxError, match="below the required L3"):
+            strict.execute_sync("s", "1")
+        assert lenient.start_sync() == "L1"
+        cell = lenient.execute_sync("s", f"import os; print(os.getuid()); open({str(secret)!r})")
+        assert int(cell.output) >= lenient.config.uid_base  # an unprivileged uid of its own
+        assert cell.ename == "PermissionError"
+    finally:
+        strict.close()
+        lenient.close()
