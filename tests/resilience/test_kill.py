@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -18,7 +18,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.live, pytest.mark.postgres]
 
 LONG = " ".join(f"word{i}" for i in range(40))
 # The first call answers at once; the second streams 40 words over about four seconds.
-CRAWL = {"name": "crawl", "backend": "scripted", "replies": ["Ready.", LONG], "chunk_delay_s": 0.1}
+CRAWL: dict[str, Any] = {
+    "name": "crawl",
+    "backend": "scripted",
+    "replies": ["Ready.", LONG],
+    "chunk_delay_s": 0.1,
+}
 
 
 def contents(memory: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -47,7 +52,7 @@ def stream_until_deltas(c: httpx.Client, sid: str, count: int) -> tuple[str, str
 
 
 def test_sigkill_mid_run_then_restart(shared_pg_url: str, tmp_path: Path) -> None:
-    models = [*MODELS, CRAWL]
+    models = [*cast(list[dict[str, Any]], MODELS), CRAWL]
     with running(Service(shared_pg_url, tmp_path, models)) as first, first.client() as c:
         spec = {"kind": "agent", "model": "crawl"}
         assert c.post("/v1/agents", json={"name": "writer", "spec": spec}).status_code == 201
