@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -17,9 +18,23 @@ def _loop() -> asyncio.AbstractEventLoop:
     if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
         _local.loop = loop
-        # Close the loop when its thread goes away (helper and pool threads), not at GC time.
-        weakref.finalize(threading.current_thread(), loop.close)
+        # Close the loop when its thread goes away (helper and pool threads), not at GC time,
+        # and only in the process that made it: a forked child shares the loop's epoll and
+        # self-pipe, and closing them there would leave the parent's loop deaf.
+        weakref.finalize(threading.current_thread(), _close_in, os.getpid(), loop)
     return loop
+
+
+def _close_in(pid: int, loop: asyncio.AbstractEventLoop) -> None:
+    if os.getpid() == pid and not loop.is_closed() and not loop.is_running():
+        loop.close()
+
+
+def _forget_loop_after_fork() -> None:
+    _local.__dict__.pop("loop", None)
+
+
+os.register_at_fork(after_in_child=_forget_loop_after_fork)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
