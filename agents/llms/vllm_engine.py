@@ -8,6 +8,7 @@ gives every generation a fresh request id, aborting it when its consumer stops r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -67,6 +68,7 @@ class VllmEngine:
         self.error: str | None = None
         self.users = 0  # models that called start() and not yet close()
         self._lock = asyncio.Lock()
+        self._restart: asyncio.Task[None] | None = None
 
     @staticmethod
     def key(path: str, engine_args: Mapping[str, Any] | None) -> str:
@@ -101,8 +103,12 @@ class VllmEngine:
 
     @property
     def ready(self) -> bool:
-        """True while the engine is loaded and healthy."""
-        return self.llm is not None and not self.llm.errored
+        """True while the engine is loaded and healthy (a dead one starts being replaced)."""
+        if self.llm is not None and self.llm.errored:
+            with contextlib.suppress(RuntimeError):  # RuntimeError: no event loop here
+                self._restart_soon()
+            return False
+        return self.llm is not None
 
     def running_requests(self) -> int:
         """Requests the engine is working on (for tests and metrics)."""
@@ -116,8 +122,28 @@ class VllmEngine:
         if self.llm is None:
             raise VllmEngineError(self.error or f"vLLM engine for {self.path} is not started")
         if self.llm.errored:
-            raise VllmEngineError(f"vLLM engine for {self.path} died: {self.llm.dead_error}")
+            self._restart_soon()
+            raise VllmEngineError(self.error or f"vLLM engine for {self.path} died")
         return self.llm
+
+    def _restart_soon(self) -> None:
+        """A dead engine is replaced in the background; requests fail (503) meanwhile."""
+        if self._restart is None or self._restart.done():
+            self.error = f"vLLM engine for {self.path} died ({self.llm.dead_error}); restarting"
+            logger.error("vLLM: %s", self.error)
+            self._restart = asyncio.get_running_loop().create_task(self._replace_dead())
+
+    async def _replace_dead(self) -> None:
+        dead, self.llm = self.llm, None
+        if dead is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(dead.shutdown)
+            dead.shutdown = _already_shut_down
+        error = self.error
+        with contextlib.suppress(VllmEngineError):  # start() logs and keeps the reason
+            await self.start()
+        if self.llm is None:
+            self.error = self.error or error
 
     async def render(
         self,

@@ -15,6 +15,7 @@ from typing import Any
 
 from agents.llms.vllm import VllmEngine, VllmEngineError
 from app.engines.base import EngineError
+from app.engines.vllm_request import build_plan_parts
 from app.engines.vllm_tools import ToolMode, ToolStream
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "stop", "error": "stop"}
@@ -189,8 +190,6 @@ class VllmChatBackend:
 
     async def _plan(self, request: dict[str, Any]) -> _Plan:
         try:
-            from app.engines.vllm_request import build_plan_parts
-
             parts = await build_plan_parts(self, request)
         except Exception as exc:
             raise _engine_error(exc) from exc

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from agents.llms.base import usage_scope
 from agents.llms.vllm import AsyncVllmModel, VllmEngineError, get_engine
+from app.engines.base import EngineError
 from app.engines.vllm import VllmHandle
 
 pytestmark = pytest.mark.vllm
@@ -125,3 +130,36 @@ async def test_a_model_that_cannot_load_fails_with_the_reason(tmp_path: object) 
     assert not engine.ready and engine.error
     with pytest.raises(VllmEngineError, match="failed to start"):
         await AsyncVllmModel(engine.path, engine_args={"dtype": "bfloat16"}).chat(HELLO)
+
+
+def _engine_core_pids() -> list[int]:
+    """vLLM's engine-core child processes of this test process (comm is cut at 15 chars)."""
+    me, pids = str(os.getpid()), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[1] == me and "EngineCor" in (stat.parent / "comm").read_text():
+                pids.append(int(stat.parent.name))
+    return pids
+
+
+async def test_a_dead_engine_fails_requests_then_comes_back(vllm_handle: VllmHandle) -> None:
+    llm = vllm_handle.llm
+    before = await llm.chat(HELLO)
+    (pid,) = _engine_core_pids()
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(200):
+        if not vllm_handle.ready:
+            break
+        await asyncio.sleep(0.05)
+    assert not vllm_handle.ready
+    with pytest.raises(VllmEngineError, match="died"):
+        await llm.chat(HELLO)
+    with pytest.raises(EngineError) as err:
+        await vllm_handle.raw.complete({"model": "demo", "messages": HELLO, "max_tokens": 4})
+    assert err.value.status == 503
+    for _ in range(3000):  # the replacement loads in the background
+        if vllm_handle.ready:
+            break
+        await asyncio.sleep(0.1)
+    assert vllm_handle.ready and await llm.chat(HELLO) == before
