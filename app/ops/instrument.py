@@ -38,11 +38,49 @@ class InstrumentedLLM(BudgetedLLM):
             yield delta
 
 
+class InstrumentedRaw:
+    """A raw OpenAI chat backend that records TTFT and usage (when the engine reports it)."""
+
+    def __init__(self, inner: Any, model: str, metrics: Metrics) -> None:
+        self.inner = inner
+        self.model = model
+        self.metrics = metrics
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The inner completion; its usage is counted."""
+        response: dict[str, Any] = await self.inner.complete(request)
+        self._usage(response.get("usage"))
+        return response
+
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The inner chunks; the first content chunk's time and any usage are recorded."""
+        start = time.perf_counter()
+        first = True
+        async for chunk in self.inner.stream(request):
+            if first and any(
+                (c.get("delta") or {}).get("content") for c in chunk.get("choices") or []
+            ):
+                first = False
+                self.metrics.time_to_first_token(self.model, time.perf_counter() - start)
+            self._usage(chunk.get("usage"))
+            yield chunk
+
+    def _usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            prompt = int(usage.get("prompt_tokens") or 0)
+            self.metrics.tokens(self.model, prompt, int(usage.get("completion_tokens") or 0))
+
+
 def instrument_models(handles: dict[str, Any], metrics: Metrics) -> None:
-    """Wrap each model handle's ``llm`` in place (agents built afterwards use the wrapper)."""
+    """Wrap each handle's ``llm`` and ``raw`` in place (agents built afterwards use them)."""
     for name, handle in handles.items():
         if not isinstance(handle.llm, InstrumentedLLM):
             handle.llm = InstrumentedLLM(handle.llm, name, metrics)
+        if not isinstance(handle.raw, InstrumentedRaw):
+            handle.raw = InstrumentedRaw(handle.raw, name, metrics)
 
 
 def kernel_counts(kernels: list[Any]) -> dict[str, int]:

@@ -69,6 +69,11 @@ async def test_metrics_reflect_real_runs_models_and_routes(started: FastAPI) -> 
             resp = await c.post(f"/v1/sessions/{sid}/messages", json={"message": text})
             assert resp.status_code == 200, resp.text
             assert resp.headers["x-request-id"]
+        # A raw model request (no agent) is measured too.
+        chat = {"model": "poet", "messages": [{"role": "user", "content": "hi"}]}
+        raw = await c.post("/v1/chat/completions", json=chat)
+        assert raw.status_code == 200, raw.text
+        raw_completion = raw.json()["usage"]["completion_tokens"]
         scraped = await c.get("/metrics", headers={"Authorization": ""})
     assert scraped.status_code == 200
     text = scraped.text
@@ -79,8 +84,10 @@ async def test_metrics_reflect_real_runs_models_and_routes(started: FastAPI) -> 
     )
     assert metric(text, "agentstation_runs_total", status="completed") == 2
     assert metric(text, "agentstation_run_duration_seconds_count", status="completed") == 2
-    # The scripted model counts words: "Roses are red." then "Violets are blue." = 3 + 3.
-    assert metric(text, "agentstation_tokens_total", model="poet", kind="completion") == 6
+    # The scripted model counts words: "Roses are red." then "Violets are blue." = 3 + 3,
+    # plus the raw request's reply.
+    completion = metric(text, "agentstation_tokens_total", model="poet", kind="completion")
+    assert raw_completion > 0 and completion == 6 + raw_completion
     assert metric(text, "agentstation_time_to_first_token_seconds_count", model="poet") == 2
     assert metric(text, "agentstation_runs_queued") == 0
     assert metric(text, "agentstation_runs_active") == 0
