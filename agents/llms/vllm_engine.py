@@ -136,9 +136,7 @@ class VllmEngine:
     async def _replace_dead(self) -> None:
         dead, self.llm = self.llm, None
         if dead is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(dead.shutdown)
-            dead.shutdown = _already_shut_down
+            await _shutdown(dead)
         error = self.error
         with contextlib.suppress(VllmEngineError):  # start() logs and keeps the reason
             await self.start()
@@ -204,10 +202,23 @@ class VllmEngine:
         llm, self.llm = self.llm, None
         _ENGINES.pop(self.key(self.path, self.engine_args), None)
         if llm is not None:
-            await asyncio.to_thread(llm.shutdown)
-            # AsyncLLM.__del__ shuts down again, at interpreter exit if anything still holds
-            # the object, when vLLM's module globals are gone (TypeError noise): make it a no-op.
-            llm.shutdown = _already_shut_down
+            await _shutdown(llm)
+
+
+async def _shutdown(llm: Any) -> None:
+    """Stop an ``AsyncLLM`` (even a dead one) and release its ZeroMQ context."""
+    try:
+        await asyncio.to_thread(llm.shutdown)
+    except Exception:
+        logger.warning("vLLM: engine shutdown failed", exc_info=True)
+    # AsyncLLM.__del__ shuts down again, at interpreter exit if anything still holds the
+    # object, when vLLM's module globals are gone (TypeError noise): make it a no-op.
+    llm.shutdown = _already_shut_down
+    await asyncio.sleep(0)  # vLLM closes its sockets with a callback on this loop
+    resources = getattr(getattr(llm, "engine_core", None), "resources", None)
+    ctx = getattr(resources, "ctx", None)
+    if ctx is not None and not ctx.closed:  # vLLM leaves it to GC (a ResourceWarning)
+        ctx.destroy(linger=0)
 
 
 def _already_shut_down(timeout: float | None = None) -> None:
