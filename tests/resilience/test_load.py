@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.live, pytest.mark.postgres]
 
 SESSIONS = 200
 DURATION_S = float(os.environ.get("RESILIENCE_LOAD_S", "60"))
-STREAM_EVERY = 4  # every 4th message streams (SSE), the others wait for the JSON result
+STREAM_EVERY = 2  # every 2nd message streams (SSE), the others wait for the JSON result
 
 
 @dataclass
@@ -106,7 +106,7 @@ async def check_memory(http: aiohttp.ClientSession, sid: str, sent: list[str]) -
 async def run_load(base_url: str) -> tuple[Tally, list[str]]:
     """Create the sessions, run the clients, then check every memory."""
     connector = aiohttp.TCPConnector(limit=SESSIONS + 10)
-    timeout = aiohttp.ClientTimeout(total=60)
+    timeout = aiohttp.ClientTimeout(total=120)  # queueing behind 200 sessions on 2 cores
     async with aiohttp.ClientSession(
         base_url, headers=AUTH, connector=connector, timeout=timeout
     ) as http:
@@ -146,4 +146,4 @@ def test_200_sessions_for_60_seconds(shared_pg_url: str, tmp_path: Path) -> None
     assert tally.errors == [], "\n".join(tally.errors[:20]) + "\n" + service.log()[-2000:]
     assert memory_errors == [], "\n".join(memory_errors[:20])
     # Every session really worked concurrently, for the whole time, and some runs streamed.
-    assert tally.runs >= SESSIONS * 3 and tally.streamed >= SESSIONS, tally.runs
+    assert tally.runs >= SESSIONS * 2 and tally.streamed >= SESSIONS, tally.runs

@@ -81,9 +81,8 @@ def is_envelope_503(o: Outcome) -> bool:
 def test_postgres_restart_under_load(private_pg: PrivatePostgres, tmp_path: Path) -> None:
     with running(Service(private_pg.url, tmp_path)) as svc, svc.client(timeout=30) as c:
         pid = svc.proc.pid if svc.proc else None
-        assert c.post(
-            "/v1/agents", json={"name": "bot", "spec": {"kind": "agent", "model": "echo"}}
-        )
+        spec = {"kind": "agent", "model": "echo"}
+        assert c.post("/v1/agents", json={"name": "bot", "spec": spec}).status_code == 201
         sessions = [
             c.post("/v1/sessions", json={"agent": "bot"}).json()["id"] for _ in range(WORKERS)
         ]
@@ -126,6 +125,16 @@ def test_postgres_restart_under_load(private_pg: PrivatePostgres, tmp_path: Path
         for sid in sessions:
             resp = c.post(f"/v1/sessions/{sid}/messages", json={"message": "after"})
             assert resp.status_code == 200 and resp.json()["run"]["status"] == "completed"
+            # Nothing half-done: every run has a final status, memory holds only whole turns.
+            runs = c.get(f"/v1/sessions/{sid}/runs", params={"limit": 100}).json()["data"]
+            assert all(r["status"] not in {"queued", "running"} for r in runs), runs
+            memory = [
+                (m["sender"], m["content"])
+                for m in c.get(f"/v1/sessions/{sid}/memory").json()["memory"]
+            ]
+            assert len(memory) % 2 == 0 and memory[-2:] == [("user", "after"), ("bot", "after")]
+            turns = zip(memory[::2], memory[1::2], strict=True)
+            assert all(u[0] == "user" and r == ("bot", u[1]) for u, r in turns), memory
 
 
 def _timeline(load: Load, marks: dict[str, float]) -> str:
