@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -110,6 +110,44 @@ def explore(strategy: SearchStrategy[Any], examples: int, record: Recorder) -> N
     send()
 
 
+def _pin_model(body: dict[str, Any]) -> None:
+    # Alternate the raw scripted model and the seeded agent, so both paths get real traffic.
+    body["model"] = "helper" if len(body.get("messages") or []) % 2 else "echo"
+
+
+def _pin_spec(body: dict[str, Any]) -> None:
+    if isinstance(body.get("spec"), dict):
+        body["spec"].update(kind="agent", model="echo")
+
+
+# Bodies naming things that exist, so generated values reach the engine and the registry.
+PINS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "POST /v1/chat/completions": _pin_model,
+    "POST /v1/sessions": lambda body: body.update(agent="helper"),
+    "POST /v1/agents": _pin_spec,
+    "PUT /v1/agents/{name}": _pin_spec,
+}
+
+
+def pinned(op: Any, known: dict[str, str], headers: dict[str, str] | None) -> Any:
+    """Positive cases on the seeded objects (path parameters and names in bodies); None when
+    there is nothing to pin. No DELETE: the seeds must outlive the pass."""
+    names = {p.name for p in op.path_parameters}
+    if op.method.upper() == "DELETE" or not names <= known.keys():
+        return None
+    if not names and op.label not in PINS:
+        return None
+    fixed = {name: known[name] for name in names}
+    pin = PINS.get(op.label)
+
+    def apply(case: Any) -> Any:
+        if pin is not None and isinstance(case.body, dict):
+            pin(case.body)
+        return case
+
+    return op.as_strategy(path_parameters=fixed or None, headers=headers).map(apply)
+
+
 def test_fuzz_every_operation(fuzz_app: FastAPI) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", fuzz_app)
     operations = [result.ok() for result in schema.get_all_operations()]  # type: ignore[union-attr]
@@ -126,12 +164,7 @@ def test_fuzz_every_operation(fuzz_app: FastAPI) -> None:
                 except Unsatisfiable:
                     # Nothing to make invalid (no parameters, no body): positive cases cover it.
                     assert mode is GenerationMode.NEGATIVE, op.label
-            # Again on the seeded objects, so bodies and queries get past the 404s (no DELETE:
-            # the seeds must outlive the pass).
-            names = {p.name for p in op.path_parameters}
-            if names and names <= known.keys() and op.method.upper() != "DELETE":
-                fixed = {name: known[name] for name in names}
-                strategy = op.as_strategy(path_parameters=fixed, headers=headers)
+            if (strategy := pinned(op, known, headers)) is not None:
                 explore(strategy, SEEDED_EXAMPLES, record)
     print(f"fuzz: {record.requests} requests over {len(operations)} operations: {record.statuses}")
     assert not record.failures, json.dumps(record.failures, indent=1)
