@@ -133,7 +133,6 @@ def database_unavailable(exc: BaseException) -> bool:
     import asyncpg.exceptions as pg  # the PostgreSQL driver; SQLite errors never match these
 
     lost = (
-        OSError,  # refused, reset, timed out (ConnectionError and TimeoutError included)
         pg.PostgresConnectionError,  # the connection dropped mid-operation
         pg.OperatorInterventionError,  # shutting down, cannot connect now, admin shutdown
         pg.InterfaceError,  # the connection is closed
@@ -147,9 +146,23 @@ def database_unavailable(exc: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, lost):
             return True
+        if isinstance(current, OSError) and _raised_by_database(current):
+            return True  # refused, reset, timed out while connecting or talking to it
         if isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated:
             return True
         current = current.__cause__ or current.__context__
+    return False
+
+
+def _raised_by_database(exc: BaseException) -> bool:
+    """True when the traceback passes through the database driver or SQLAlchemy (an OSError
+    from a kernel or a file is not a database outage)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module.startswith(("sqlalchemy.", "asyncpg.", "aiosqlite")):
+            return True
+        tb = tb.tb_next
     return False
 
 
