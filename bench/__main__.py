@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     patched = bool(os.environ.get("BENCH_GATEWAY_PATCHED"))
     write_readme = write_readme and not patched
     results = []
+    started = time.monotonic()
     for name in names:
         print(f"== {name} …", flush=True)
         result = run_one(name, opts)
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if not opts.quick:
             report.write_json(result)
     print(report.console(results))
+    print(f"total: {time.monotonic() - started:.0f} s")
     if write_readme:
         merged = report.load_previous()
         merged.update({r.name: r for r in results})

@@ -25,8 +25,8 @@ def run(opts: BenchOptions) -> BenchResult:
             runs: dict[str, list[LoadResult]] = {"wrk": [], "aiohttp": []}
             run_wrk(spec, conns, 1)  # warm-up
             for _ in range(opts.rounds):
-                runs["wrk"].append(run_wrk(spec, conns, opts.dur()))
-                runs["aiohttp"].append(run_aiohttp(spec, conns, opts.dur()))
+                runs["wrk"].append(run_wrk(spec, conns, opts.dur(2.0)))
+                runs["aiohttp"].append(run_aiohttp(spec, conns, opts.dur(2.0)))
             for rs in runs.values():
                 s = summarize(rs)
                 row = s.as_row()

@@ -30,7 +30,7 @@ from bench.sse_client import StreamStats, build_request, open_stream
 
 NAME = "streaming"
 DELAY_S = 0.05
-WORDS = 120  # 6 s per stream at 20 tokens/s
+WORDS = 80  # 4 s per stream at 20 tokens/s
 LEVELS = [50, 100, 250, 500, 750, 1000]
 GOAL_STREAMS = 1000
 RAMP_S = 1.0
