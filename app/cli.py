@@ -32,7 +32,12 @@ def default_models(settings: Settings) -> Settings:
 
         if not (DEMO_MODEL_DIR / "config.json").exists():
             build_demo_model(DEMO_MODEL_DIR)
-        model = ModelConfig(name="demo", backend="vllm", path=str(DEMO_MODEL_DIR.resolve()))
+        model = ModelConfig(
+            name="demo",
+            backend="vllm",
+            path=str(DEMO_MODEL_DIR.resolve()),
+            tool_call_parser="hermes",  # the demo chat template writes Qwen2.5/hermes calls
+        )
     else:
         model = ModelConfig(name="demo", backend="scripted")
     print(

@@ -235,6 +235,8 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, EngineError)
         err = Unavailable(exc.message, code=exc.code)
         err.status = exc.status
+        if 400 <= exc.status < 500:  # the engine refused the request itself, not a failure
+            err.type = "invalid_request_error"
         return error_response(err)
 
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -134,7 +134,8 @@ def _error(exc: Exception) -> dict[str, Any]:
         error: dict[str, Any] = exc.body()["error"]
         return error
     if isinstance(exc, EngineError):
-        return {"message": exc.message, "type": "server_error", "param": None, "code": exc.code}
+        kind = "invalid_request_error" if 400 <= exc.status < 500 else "server_error"
+        return {"message": exc.message, "type": kind, "param": None, "code": exc.code}
     log.exception("chat completion stream failed", exc_info=exc)
     return {
         "message": str(exc) or type(exc).__name__,
