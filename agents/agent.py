@@ -179,11 +179,17 @@ class BaseAgent:
             history.add(list(inputs))
         formatted = self.aggregator.aggregate(history, self.name, self.output_format, self.template)
         text = ""
+        tool_calls: list[dict[str, Any]] = []  # native calls a backend reported (extra)
         async for delta in self.llm.astream(formatted, **kwargs):
+            tool_calls += delta.extra.get("tool_calls") or []
             if delta.text:
                 text += delta.text
                 yield AgentMessage(sender=self.name, content=text, stream_state=_STREAM_ING)
-        parsed = self.output_format.parse_response(text) if self.output_format else None
+        parsed = None
+        if getattr(self.output_format, "accepts_tool_calls", False):  # NativeToolFormat
+            parsed = self.output_format.parse_response(text, tool_calls=tool_calls)
+        elif self.output_format:
+            parsed = self.output_format.parse_response(text)
         yield AgentMessage(sender=self.name, content=text, formatted=parsed)
 
     async def _stream(

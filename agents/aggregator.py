@@ -86,7 +86,9 @@ class ToolAggregator(DefaultAggregator):
     Own replies are re-rendered through the parser (``thought`` + markers + action), so the
     model sees exactly the call it made, even one that failed to parse; messages from
     ``user_names`` are user turns; everything else (tool results, other agents) is an
-    ``environment_role`` turn wrapped in ``environment_begin``/``environment_end``.
+    ``environment_role`` turn wrapped in ``environment_begin``/``environment_end``. With a
+    ``NativeToolFormat`` a call is an assistant ``tool_calls`` message and its result a ``tool``
+    message with the call's ``tool_call_id``.
     """
 
     def __init__(
@@ -117,16 +119,24 @@ class ToolAggregator(DefaultAggregator):
         for shot in self.few_shot:
             out.extend(self._render_shot(shot, parser))
         tool_type = None
+        call_id = None  # a native call's id: its result goes back as a ``tool`` message
         for message in _messages_of(messages):
             if message.sender == name:
                 formatted = message.formatted
-                if _is_tool_parse(formatted) and hasattr(parser, "format_response"):
+                if _is_tool_parse(formatted) and hasattr(parser, "format_message"):
+                    out.append(parser.format_message(formatted))  # NativeToolFormat
+                    call_id = formatted.get("tool_call_id")
+                elif _is_tool_parse(formatted) and hasattr(parser, "format_response"):
                     out.append({"role": "assistant", "content": parser.format_response(formatted)})
                     tool_type = formatted["tool_type"]
                 else:
                     out.append({"role": "assistant", "content": str(message.content)})
             elif message.sender in self.user_names:
                 out.append({"role": "user", "content": _content(message)})
+            elif call_id is not None:
+                result = str(_content(message))
+                out.append({"role": "tool", "tool_call_id": call_id, "content": result})
+                call_id = None
             else:
                 out.append(self._environment(str(_content(message)), tool_type))
         return out

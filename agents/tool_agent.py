@@ -18,6 +18,7 @@ from agents.aggregator import DefaultAggregator, SystemInstruction, ToolAggregat
 from agents.hooks import Hook, action_return_text, tool_call
 from agents.llms.base import AsyncBaseLLM
 from agents.memory import Memory, MemorySpec, SessionId
+from agents.native import NativeToolFormat
 from agents.parsers import MixedToolParser, ToolParser
 from agents.schema import (
     ActionReturn,
@@ -43,7 +44,7 @@ class _ToolLoop(BaseAgent):
         llm: AsyncBaseLLM | None = None,
         template: SystemInstruction | None = None,
         executor: Any = None,
-        output_format: ToolParser | MixedToolParser | None = None,
+        output_format: ToolParser | MixedToolParser | NativeToolFormat | None = None,
         aggregator: DefaultAggregator | None = None,
         max_turn: int = 5,
         memory: MemorySpec | None = Memory,
@@ -74,6 +75,9 @@ class _ToolLoop(BaseAgent):
         self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
     ) -> Any:
         """Model turns and tool calls until an answer; yields every phase."""
+        llm_kwargs = getattr(self.output_format, "llm_kwargs", None)
+        if llm_kwargs is not None:  # native tool calls: the tools go with every model call
+            kwargs = {**llm_kwargs(self.executor), **kwargs}
         for turn in range(self.max_turn):
             reply: AgentMessage | None = None
             async for chunk in self._generate(message, session_id, **kwargs):

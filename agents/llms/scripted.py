@@ -11,7 +11,8 @@ from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, BaseLLM, LLMDelta, Messages, Usage
 
-Reply = str | BaseException | type[BaseException]
+# A dict reply is a native tool-call turn: {"content": ..., "tool_calls": [{"name", "arguments"}]}.
+Reply = str | dict[str, Any] | BaseException | type[BaseException]
 _PIECES = re.compile(r"^\s+|\S+\s*")
 
 
@@ -66,11 +67,16 @@ class _ScriptCore(AsyncBaseLLM):
             isinstance(reply, type) and issubclass(reply, BaseException)
         ):
             raise reply
+        calls = reply.get("tool_calls") if isinstance(reply, dict) else None
+        if isinstance(reply, dict):
+            reply = str(reply.get("content") or "")
         pieces = split_words(reply)
         for i, piece in enumerate(pieces):
             if self.chunk_delay_s and i:
                 await asyncio.sleep(self.chunk_delay_s)
             yield LLMDelta(text=piece)
+        if calls:  # as a backend with a tool-call parser reports them
+            yield LLMDelta(extra={"tool_calls": copy.deepcopy(list(calls))})
         usage = Usage(prompt_tokens=count_words(messages), completion_tokens=len(reply.split()))
         yield LLMDelta(finish_reason="stop", usage=usage)
 
@@ -79,7 +85,9 @@ class ScriptedLLM(_ScriptCore):
     """Replays ``replies`` in order, streamed word by word; records ``.calls``.
 
     ``replies=None`` echoes the last user message. An exception in the script is raised by
-    its call. A call past the script raises ``ScriptExhaustedError`` unless ``cycle=True``.
+    its call. A dict reply ``{"content": ..., "tool_calls": [...]}`` is a native tool-call
+    turn (the calls arrive in ``LLMDelta.extra``). A call past the script raises
+    ``ScriptExhaustedError`` unless ``cycle=True``.
     Usage counts words: the prompt's and the reply's.
     """
 

@@ -132,4 +132,7 @@ def to_api_messages(messages: Messages, meta_template: MetaTemplate | None = Non
         if isinstance(content, str) or content is None or begin or end:
             content = begin + str(content or "") + end  # else: content parts pass as they are
         out.append({"role": config.get("api_role", config["role"]), "content": content})
+        for key in ("tool_calls", "tool_call_id"):  # native tool calls and their results
+            if key in message:
+                out[-1][key] = message[key]
     return out
