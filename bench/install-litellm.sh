@@ -6,5 +6,5 @@ cd "$(dirname "$0")"
 PY=${PY:-python3.11}
 [ -x .venv-litellm/bin/python ] || "$PY" -m venv .venv-litellm
 .venv-litellm/bin/pip install -q "litellm[proxy]==1.106.2"
-.venv-litellm/bin/litellm --help >/dev/null
+LITELLM_LOCAL_MODEL_COST_MAP=True .venv-litellm/bin/litellm --help >/dev/null
 echo "LiteLLM installed in bench/.venv-litellm"
