@@ -22,6 +22,7 @@ from agents.llms.vllm_engine import (
     get_engine,
     sampling_params,
 )
+from agents.llms.vllm_tools import ToolStream, forced_call_schema, tool_mode, vllm_tool_request
 
 __all__ = [
     "CPU_DEFAULTS",
@@ -48,6 +49,7 @@ class _VllmCore(AsyncBaseLLM):
         *,
         engine_args: Mapping[str, Any] | None = None,
         chat_template: str | None = None,
+        tool_call_parser: str | None = None,
         **gen_params: Any,
     ) -> None:
         super().__init__(path=path, meta_template=meta_template, **gen_params)
@@ -57,6 +59,7 @@ class _VllmCore(AsyncBaseLLM):
         self.engine = get_engine(path, args)
         self._joined = False
         self.chat_template = chat_template
+        self.tool_call_parser = tool_call_parser  # a vLLM parser name, e.g. "hermes"
 
     @property
     def ready(self) -> bool:
@@ -79,10 +82,17 @@ class _VllmCore(AsyncBaseLLM):
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
         if not self._joined:
             await self.start()
+        tools = self._tool_stream(params)
         prompt = await self.engine.render(
-            messages, chat_template=self.chat_template, meta_template=self.meta_template
+            messages,
+            chat_template=self.chat_template,
+            tools=params.get("tools") if tools is not None else None,
+            meta_template=self.meta_template,
         )
-        sampling = sampling_params(params)
+        extra: dict[str, Any] = {}
+        if tools is not None and tools.mode in ("named", "required"):
+            extra["structured_outputs"] = forced_call_schema(tools.vllm_request)
+        sampling = sampling_params(params, **extra)
         counts: dict[int, int] = {}
         finish: dict[int, str | None] = {}
         prompt_tokens = 0
@@ -95,14 +105,42 @@ class _VllmCore(AsyncBaseLLM):
                     if choice.finish_reason is not None:
                         finish[choice.index] = choice.finish_reason
                     if choice.index == 0:
-                        if choice.text:
-                            yield LLMDelta(text=choice.text)
+                        text = _content(tools.feed(choice.text)) if tools else choice.text
+                        if text:
+                            yield LLMDelta(text=text)
                     elif choice.text:  # n > 1: further choices travel in ``extra``
                         yield LLMDelta(extra={"index": choice.index, "text": choice.text})
         finally:
             await gen.aclose()  # stopping early aborts the request in the engine now
+        if tools is not None:  # held-back text, and the calls as OpenAI message entries
+            text = _content(tools.finish())
+            calls = list(tools.calls)
+            yield LLMDelta(text=text, extra={"tool_calls": calls} if calls else {})
         usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=sum(counts.values()))
         yield LLMDelta(finish_reason=finish.get(0) or "stop", usage=usage)
+
+    def _tool_stream(self, params: dict[str, Any]) -> ToolStream | None:
+        """How this call's ``tools`` are handled (None: no tools, or ``tool_choice`` none)."""
+        if not params.get("tools"):
+            return None
+        request = {k: params.get(k) for k in ("tools", "tool_choice") if params.get(k)}
+        mode = tool_mode(request, has_parser=bool(self.tool_call_parser))
+        if mode == "none" and request.get("tool_choice") == "none":
+            return None
+        vllm_request = vllm_tool_request(params["tools"], params.get("tool_choice"))
+        parser = None
+        if mode == "auto":
+            from vllm.tool_parsers import ToolParserManager
+
+            cls = ToolParserManager.get_tool_parser(self.tool_call_parser or "")
+            parser = cls(self.engine.tokenizer(), vllm_request.tools)
+        choice: Any = params.get("tool_choice")
+        name = str(choice["function"]["name"]) if mode == "named" else ""
+        return ToolStream(mode, function_name=name, parser=parser, vllm_request=vllm_request)
+
+
+def _content(deltas: list[dict[str, Any]]) -> str:
+    return "".join(str(d.get("content") or "") for d in deltas)
 
 
 class AsyncVllmModel(_VllmCore):

@@ -143,3 +143,25 @@ class ToolStream:
 
 def _content(text: str) -> list[dict[str, Any]]:
     return [{"content": text}] if text else []
+
+
+def vllm_tool_request(tools: list[dict[str, Any]], tool_choice: Any = None) -> Any:
+    """vLLM's ``ChatCompletionRequest`` carrying just the tools (what its parsers read)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    body: dict[str, Any] = {"messages": [], "tools": tools}
+    if tool_choice is not None:
+        body["tool_choice"] = tool_choice
+    return ChatCompletionRequest.model_validate(body)
+
+
+def forced_call_schema(vllm_request: Any) -> Any:
+    """``StructuredOutputsParams`` for ``required`` or a named ``tool_choice`` (valid calls)."""
+    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.tool_parsers.utils import get_json_schema_from_tools
+
+    schema = get_json_schema_from_tools(
+        vllm_request.tool_choice, vllm_request.tools, vllm_request.parallel_tool_calls
+    )
+    # Compact JSON, as OpenAI's arguments are; also keeps small models from padding forever.
+    return StructuredOutputsParams(json=schema, disable_any_whitespace=True)

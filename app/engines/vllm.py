@@ -72,6 +72,7 @@ def create_handle(config: dict[str, Any]) -> ModelHandle:
         engine_args=config.get("engine") or {},
         chat_template=template,
         meta_template=config.get("meta_template"),
+        tool_call_parser=config.get("tool_call_parser"),
         **(config.get("gen_params") or {}),
     )
     raw = VllmChatBackend(
