@@ -27,6 +27,9 @@ def _output_format(spec: AgentSpec) -> Any:
         return parsers.ToolParser(tool_type=fmt.tool_type, begin=fmt.begin, end=fmt.end)
     if fmt.type == "json":
         return parsers.JSONParser()
+    if fmt.type == "native":
+        native = importlib.import_module("agents.native")
+        return native.NativeToolFormat(tool_choice=fmt.tool_choice)
     return parsers.StrParser()
 
 

@@ -30,14 +30,20 @@ class GenParams(BaseModel):
 
 
 class OutputFormat(BaseModel):
-    """How the agent's replies are parsed (``tool``: a fenced tool call, ``json``, ``str``)."""
+    """How the agent's replies are parsed.
+
+    ``tool``: a fenced tool call, ``json``, ``str``, or ``native``: the model's own tool calls
+    (tools through its chat template, calls read by its tool-call parser; ``tool_choice``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["tool", "json", "str"] = "tool"
+    type: Literal["tool", "json", "str", "native"] = "tool"
     tool_type: str = "code interpreter"
     begin: str = "```python\n"
     end: str = "\n```\n"
+    # native only: "auto" (default), "required", "none" or {"type": "function", "function": ...}
+    tool_choice: Literal["auto", "required", "none"] | dict[str, Any] | None = None
 
 
 class ToolRef(BaseModel):
