@@ -6,11 +6,13 @@ from typing import Any
 
 from agents.actions import AsyncActionExecutor
 from agents.actions.builtins import Calculator
+from agents.llms import AsyncGPTAPI
 from agents.llms.templates import to_api_messages
 from agents.native import NativeToolFormat, merge_tool_calls
 from agents.schema import AgentStatusCode
 from agents.testing import ScriptedLLM
 from agents.tool_agent import AsyncToolAgent, ToolAgent
+from tests.agents.test_llms_openai import MockOpenAI, server  # noqa: F401 (the fixture)
 
 CALL = {"id": "call_1", "name": "Calculator", "arguments": {"expression": "6*7"}}
 
@@ -92,3 +94,22 @@ def test_api_messages_keep_tool_calls_and_tool_call_ids() -> None:
         {"role": "tool", "tool_call_id": "c", "content": "ok"},
     ]
     assert to_api_messages(msgs) == msgs
+
+
+async def test_an_openai_server_s_streamed_call_runs_and_goes_back_as_openai_messages(
+    server: MockOpenAI,  # noqa: F811 (the imported fixture)
+) -> None:
+    fn = {"name": "Calculator", "arguments": '{"expression": '}
+    first = {"index": 0, "id": "c7", "type": "function", "function": fn}
+    rest = {"index": 0, "function": {"arguments": '"6*7"}'}}
+    server.plan = [{"words": [], "tool_calls": [first, rest]}, {"words": ["It is 42."]}]
+    async with AsyncGPTAPI("m", base_url=server.url) as llm:
+        agent = AsyncToolAgent(
+            llm=llm, executor=[Calculator()], output_format=NativeToolFormat("auto")
+        )
+        assert (await agent("6*7?")).content == "It is 42."
+    body = server.requests[1]["body"]
+    assert body["tools"][0]["function"]["name"] == "Calculator" and body["tool_choice"] == "auto"
+    assistant, result = body["messages"][-2:]
+    assert assistant["tool_calls"][0]["function"]["arguments"] == '{"expression": "6*7"}'
+    assert result == {"role": "tool", "tool_call_id": "c7", "content": "42"}
