@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
+from agents.llms.openai_client import APIConnectionError
 from app.engines.base import EngineError
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,12 @@ def _raised_by_database(exc: BaseException) -> bool:
     return False
 
 
+def upstream_unavailable(exc: APIConnectionError) -> Unavailable:
+    """An agent's remote model refused or timed out: the engine's 503, never the database's."""
+    log.warning("upstream model unreachable: %s", exc)
+    return Unavailable(f"upstream model unreachable: {exc}")
+
+
 def _loc_to_param(loc: Sequence[int | str]) -> str | None:
     """``("body", "spec", "tools", 0, "name")`` -> ``spec.tools[0].name``."""
     parts = list(loc)
@@ -239,6 +246,10 @@ def install_error_handlers(app: FastAPI) -> None:
             err.type = "invalid_request_error"
         return error_response(err)
 
+    async def upstream_unreachable(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, APIConnectionError)
+        return error_response(upstream_unavailable(exc))
+
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         if database_unavailable(exc):
             log.warning("database unavailable: %s: %s", type(exc).__name__, exc)
@@ -250,6 +261,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(EngineError, engine_error)
+    app.add_exception_handler(APIConnectionError, upstream_unreachable)
     # Database and network errors are answered here rather than by the catch-all (which
     # re-raises, so the server drops the connection): a restarting database is a 503.
     app.add_exception_handler(sqlalchemy.exc.SQLAlchemyError, unexpected)

@@ -11,11 +11,12 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Header
 from starlette.responses import JSONResponse, StreamingResponse
 
+from agents.llms.openai_client import APIConnectionError
 from app.api.sse import SSE_RESPONSES
 from app.db.models import Agent
 from app.deps import PrincipalDep, StateDep
 from app.engines.base import EngineError
-from app.errors import AppError, NotFound, Unavailable
+from app.errors import AppError, NotFound, Unavailable, upstream_unavailable
 from app.schemas.agents import AgentSpec
 from app.schemas.openai import ChatCompletionRequest
 from app.services import chat
@@ -130,6 +131,8 @@ def _data(obj: dict[str, Any]) -> str:
 
 
 def _error(exc: Exception) -> dict[str, Any]:
+    if isinstance(exc, APIConnectionError):
+        exc = upstream_unavailable(exc)
     if isinstance(exc, AppError):
         error: dict[str, Any] = exc.body()["error"]
         return error

@@ -1,11 +1,13 @@
-"""Error helpers: the OpenAI envelope as a raw ASGI response; telling database outages apart."""
+"""Error helpers: the OpenAI envelope as a raw ASGI response.
+
+Telling a database outage apart is ``app.errors.database_unavailable`` (the one classifier).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.types import Send
 
 
@@ -29,20 +31,3 @@ async def send_error(
     ]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def is_database_unavailable(exc: BaseException) -> bool:
-    """True for errors that mean "cannot reach the database", not "bad statement"."""
-    from app.errors import database_unavailable
-
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    if isinstance(exc, DBAPIError) and (
-        bool(exc.connection_invalidated)
-        or isinstance(exc, OperationalError | InterfaceError)
-        or isinstance(exc.orig, ConnectionError | TimeoutError)
-    ):
-        return True
-    # The driver's own classes along the cause chain ("the database system is starting up",
-    # "terminating connection due to administrator command", a pool timeout…).
-    return database_unavailable(exc)

@@ -8,13 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.responses import JSONResponse
 
 from app.ops.budget import BudgetExceeded
 from app.ops.config import OpsSettings
-from app.ops.errors import is_database_unavailable
 from app.ops.instrument import instrument_models, observe_runs, record_run, sample_kernel_pool
 from app.ops.logging import RequestIdMiddleware, configure_logging
 from app.ops.metrics import Metrics, MetricsMiddleware
@@ -57,7 +55,7 @@ def install_ops(app: FastAPI, settings: OpsSettings) -> Ops:
 
 
 def _install_handlers(app: FastAPI, metrics: Metrics) -> None:
-    """429 for a spent budget, 503 while the database cannot be reached."""
+    """429 for a spent budget."""
 
     async def budget_exceeded(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, BudgetExceeded)
@@ -67,27 +65,7 @@ def _install_handlers(app: FastAPI, metrics: Metrics) -> None:
 
     app.add_exception_handler(BudgetExceeded, budget_exceeded)
 
-    async def database_error(_: Request, exc: Exception) -> JSONResponse:
-        if not is_database_unavailable(exc):
-            log.error("database error", exc_info=exc)
-            return JSONResponse(
-                error_envelope("internal server error", "server_error", "internal_error"),
-                status_code=500,
-            )
-        log.warning("database unavailable: %s", exc)
-        # Fail fast and let clients retry: the pool reconnects once the database is back.
-        body = error_envelope(
-            "the database is unavailable; retry shortly", "server_error", "database_unavailable"
-        )
-        return JSONResponse(body, status_code=503, headers={"retry-after": "1"})
-
-    app.add_exception_handler(DBAPIError, database_error)
-    app.add_exception_handler(ConnectionError, database_error)
-
-
-def error_envelope(message: str, type_: str, code: str) -> dict[str, Any]:
-    """``{"error": {...}}`` as the gateway's handler renders it."""
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    # A database outage (503 database_unavailable) is answered by app.errors' handlers.
 
 
 def start_retention(

@@ -13,10 +13,10 @@ from agents.schema import AgentMessage
 from app.db.base import utcnow
 from app.db.models import Run
 from app.engines.base import EngineError
+from app.errors import database_unavailable
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, budget_scope
 from app.ops.budget_store import charge_tenant, load_run_budget
-from app.ops.errors import is_database_unavailable
 from app.ops.logging import run_id_var
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, load_message
@@ -126,7 +126,7 @@ async def _finish_safely(manager: RunManager, job: Job, *args: Any) -> None:
             await _finish(manager, job, *args)
             return
         except Exception as exc:
-            if not is_database_unavailable(exc):
+            if not database_unavailable(exc):
                 log.exception("finishing a run failed")
                 return
             log.warning("database unavailable while finishing run %s; retrying", job.run_id)
