@@ -50,7 +50,12 @@ async def _start_sandbox(state: AppState) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Build the db engine, models, registry, kernel pool and run manager; close them after."""
     settings: Settings = app.state.settings
-    engine = create_engine(settings.database_url)
+    engine = create_engine(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        connect_timeout_s=settings.db_connect_timeout_s,
+    )
     sessionmaker = create_sessionmaker(engine)
     anonymous = allow_anonymous(settings)
     state = AppState(

@@ -70,6 +70,10 @@ class Settings(OpsSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTSTATION_", extra="ignore")
 
     database_url: str = "sqlite+aiosqlite:///./agentstation.db"
+    # PostgreSQL pool per replica (SQLite ignores these): size + overflow connections at most.
+    db_pool_size: int = Field(default=20, ge=1)
+    db_max_overflow: int = Field(default=20, ge=0)
+    db_connect_timeout_s: float = Field(default=5.0, gt=0)
     models: Annotated[list[ModelConfig], NoDecode] = Field(default_factory=list)
     api_keys: Annotated[list[tuple[str, str]], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"
