@@ -7,9 +7,9 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from app.db.engine import create_engine
 from app.db import models
 from app.db.base import Base
+from app.db.engine import create_engine
 from app.settings import Settings
 
 config = context.config
