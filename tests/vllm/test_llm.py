@@ -75,8 +75,10 @@ async def test_eight_concurrent_requests_batch(vllm_handle: VllmHandle) -> None:
     await timed(1)  # warm
     # Best of a few: the CI machine's other work only ever adds time.
     one = min([await timed(1) for _ in range(3)])
-    eight = min([await timed(8) for _ in range(2)])
-    assert eight < 4 * one, f"8 concurrent took {eight:.2f}s, one took {one:.2f}s"
+    eight = min([await timed(8) for _ in range(3)])
+    # Unbatched, eight would take 8x one; on a quiet machine batching gives ~1-2x. The margin
+    # leaves room for a loaded 2-core CI box (4.4x was seen once with benchmarks running beside).
+    assert eight < 5 * one, f"8 concurrent took {eight:.2f}s, one took {one:.2f}s"
 
 
 async def _wait_idle(handle: VllmHandle) -> None:
