@@ -7,7 +7,7 @@ ENGINE_EXTRA=${ENGINE_EXTRA:-cpu}
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=""
-  for pkg in bubblewrap python3 python3-venv; do
+  for pkg in bubblewrap python3 python3-venv wrk; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
