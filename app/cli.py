@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.util
 import logging
 import math
@@ -50,6 +51,18 @@ def default_models(settings: Settings) -> Settings:
     return settings.model_copy(update={"models": [model]})
 
 
+def freeze_gc_heap(_state: object) -> None:
+    """Move everything allocated by start-up (torch, vLLM, the app) out of the collector's view.
+
+    Without it every full collection walks millions of long-lived objects: tens of ms with the
+    event loop stopped, seen as p99 inter-token gaps of ~36 ms against vLLM's ~7 ms (vLLM's own
+    server freezes its heap the same way). Only ``serve`` does this: tests build many apps in one
+    process and need their garbage collected.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run the service with uvicorn (SQLite databases are migrated first)."""
     import uvicorn
@@ -61,8 +74,10 @@ def serve(args: argparse.Namespace) -> int:
     settings = default_models(settings.model_copy(update=updates))
     if settings.is_sqlite:
         _migrate(settings)
+    app = create_app(settings)
+    app.state.startup_hooks.append(freeze_gc_heap)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
