@@ -1,12 +1,9 @@
-"""Fault-test helpers: a private PostgreSQL cluster we may stop, and the service as a process."""
+"""Fault-test helpers: the service as a child process (PostgreSQL: tests.resilience.procs)."""
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,66 +12,9 @@ from pathlib import Path
 
 import httpx
 
+from tests.resilience.procs import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _pg_bin(name: str) -> str:
-    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    if found:
-        return found[-1]
-    path = shutil.which(name)
-    if path is None:
-        raise RuntimeError(f"PostgreSQL's {name} is not installed")
-    return path
-
-
-class PrivatePostgres:
-    """A throw-away PostgreSQL cluster on its own port (the shared one is never touched)."""
-
-    def __init__(self) -> None:
-        # Outside pytest's 0700 tmp dirs: the server runs as the postgres user when we are root.
-        self.dir = Path(tempfile.mkdtemp(prefix="agentstation-pg-", dir="/tmp"))
-        self.data = self.dir / "data"
-        self.port = free_port()
-        self.as_postgres = os.geteuid() == 0
-        if self.as_postgres:
-            os.chmod(self.dir, 0o755)
-            shutil.chown(self.dir, "postgres", "postgres")
-        self._run(_pg_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres")
-
-    @property
-    def url(self) -> str:
-        """The SQLAlchemy URL of its ``postgres`` database."""
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _run(self, *cmd: str) -> None:
-        prefix = ["runuser", "-u", "postgres", "--"] if self.as_postgres else []
-        subprocess.run([*prefix, *cmd], check=True, capture_output=True, timeout=60)
-
-    def start(self) -> None:
-        """Start and wait until it accepts connections."""
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        log = str(self.dir / "server.log")
-        self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        """Stop it (``fast`` ends every session, like a restart does)."""
-        self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def destroy(self) -> None:
-        """Stop if running and delete the cluster."""
-        try:
-            self.stop("immediate")
-        except subprocess.CalledProcessError:
-            pass
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class ServiceProcess:

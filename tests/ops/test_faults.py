@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from app.db.migrate import upgrade
-from tests.ops.faults import PrivatePostgres, ServiceProcess
+from tests.ops.faults import ServiceProcess
+from tests.resilience.procs import PrivatePostgres
 
 pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.postgres]
 KEY = "fault-key"
@@ -30,7 +31,7 @@ MODELS = [
 def postgres() -> Iterator[PrivatePostgres]:
     pg = PrivatePostgres()
     try:
-        pg.start()
+        pg.init()
         upgrade(pg.url)
         yield pg
     finally:
