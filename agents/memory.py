@@ -82,6 +82,11 @@ class Memory:
 MemorySpec = Callable[[], Memory] | Memory | dict[str, Any]
 
 
+def load_message(data: dict[str, Any] | AgentMessage) -> AgentMessage:
+    """An ``AgentMessage`` from a dump made by ``Memory.save`` (a message is copied)."""
+    return _load_message(data)
+
+
 def _load_message(data: dict[str, Any] | AgentMessage) -> AgentMessage:
     if isinstance(data, AgentMessage):
         return data.model_copy(deep=True)

@@ -151,8 +151,10 @@ async def post_message(
             runs, run.id, 0, state.settings, on_drop, {"Content-Location": f"/v1/runs/{run.id}"}
         )
     await _wait_or_cancel(runs, run.id, request, body.on_disconnect == "cancel")
-    async with state.sessionmaker() as db:
-        final = await run_service.get_run(db, who.tenant_id, run.id)
+    final = runs.result(run.id)  # finished here: its final state is in memory
+    if final is None:
+        async with state.sessionmaker() as db:
+            final = await run_service.get_run(db, who.tenant_id, run.id)
     return RunResult(run=RunPublic.model_validate(run_public(final)), message=final.output)
 
 

@@ -87,6 +87,9 @@ class Session(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", sa.JSON(), default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Bumped in every transaction that changes the session's messages: replicas compare it with
+    # the revision of the memory they keep in process (app/runtime/memory_cache.py).
+    memory_rev: Mapped[int] = mapped_column(sa.Integer(), default=0, server_default="0")
 
 
 class Message(Base):

@@ -10,9 +10,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.base import utcnow
 from app.db.models import RunEvent
+from app.runtime.writes import WriteGate
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +35,14 @@ class RunChannel:
     """Events of one live run: kept in memory for followers, written to the database in batches."""
 
     def __init__(
-        self, run_id: str, sessionmaker: async_sessionmaker[AsyncSession], flush_s: float
+        self,
+        run_id: str,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        flush_s: float,
+        writes: WriteGate | None = None,
     ) -> None:
         self.run_id = run_id
+        self._writes = writes
         self.events: list[Event] = []
         self.done = False
         self._sessionmaker = sessionmaker
@@ -110,6 +118,13 @@ class RunChannel:
             await self.save()
         return event
 
+    def _rows(self, events: list[Event]) -> list[dict[str, Any]]:
+        now = utcnow()
+        return [
+            {"run_id": self.run_id, "seq": e.seq, "type": e.type, "data": e.data, "created_at": now}
+            for e in events
+        ]
+
     async def save(self) -> None:
         """Write unsaved events in one transaction."""
         async with self._write_lock:
@@ -117,22 +132,44 @@ class RunChannel:
                 return
             batch, self._unsaved = self._unsaved, []
             try:
-                async with self._sessionmaker() as db, db.begin():
-                    db.add_all(
-                        RunEvent(run_id=self.run_id, seq=e.seq, type=e.type, data=e.data)
-                        for e in batch
-                    )
+                async with self._gate(), self._sessionmaker() as db, db.begin():
+                    await db.execute(sa.insert(RunEvent), self._rows(batch))
             except BaseException:
                 self._unsaved = batch + self._unsaved
                 raise
 
+    def _gate(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._writes.hold() if self._writes is not None else contextlib.nullcontext()
+
+    async def stop_flushing(self) -> None:
+        """Stop the periodic flusher (never in the middle of a save) and publish any pending
+        delta: the run's last events are then written by the caller (``save_final``)."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            async with self._write_lock:  # a save in flight completes first
+                flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        await self._publish_pending()
+
+    async def save_final(self, db: AsyncSession, type_: str, data: dict[str, Any]) -> Event:
+        """Write every unsaved event and the terminal one in the caller's transaction; the
+        terminal event is published by ``published`` once that transaction has committed.
+        Call after ``stop_flushing`` (nothing else appends events then)."""
+        event = Event(len(self.events) + 1, type_, data)
+        await db.execute(sa.insert(RunEvent), self._rows([*self._unsaved, event]))
+        return event
+
+    async def published(self, event: Event) -> None:
+        """The transaction of ``save_final`` committed: show ``event`` to followers."""
+        self._unsaved = []
+        self.events.append(event)
+        async with self._changed:
+            self._changed.notify_all()
+
     async def close(self) -> None:
         """Stop the flusher, store everything and wake followers for the last time."""
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-        await self._publish_pending()
+        await self.stop_flushing()
         await self.save()
         self.done = True
         async with self._changed:

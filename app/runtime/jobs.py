@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from agents.llms.base import Usage
+from agents.memory import load_message as load_memory_message
 from agents.schema import AgentMessage
 from app.db.base import utcnow
 from app.db.models import Run
+from app.db.models import Session as SessionRow
 from app.engines.base import EngineError
 from app.errors import database_unavailable
 from app.ops.budget import STOP_REASON as BUDGET_STOP
-from app.ops.budget import BudgetExceeded, budget_scope
-from app.ops.budget_store import charge_tenant, load_run_budget
+from app.ops.budget import BudgetExceeded, RunBudget, budget_scope
+from app.ops.budget_store import charge_tenant
 from app.ops.logging import run_id_var
+from app.runtime.budgets import BudgetFigures, read_figures
 from app.runtime.events import RunChannel
+from app.runtime.memory_cache import current, memory_nodes, plain_memories
 from app.runtime.messages import dump_message, load_message
 from app.runtime.runner import TurnResult, load_state, merge_state, run_turn, save_new_messages
 from app.schemas.agents import AgentSpec
@@ -44,6 +50,7 @@ CANCEL_MODES: dict[str, tuple[str, bool]] = {
 class Job:
     """A run owned by this process."""
 
+    run: Run  # kept up to date in memory: the final state is served without a re-read
     run_id: str
     tenant_id: str
     session_pk: str
@@ -53,6 +60,9 @@ class Job:
     message: AgentMessage
     gen_params: dict[str, Any]
     channel: RunChannel
+    queued: bool = False  # stored as ``queued``: marks itself running when it starts
+    rev: int | None = None  # the session's memory_rev read at admission (None: read at start)
+    budget: BudgetFigures | None = None  # read at submission (None: read at start)
     task: asyncio.Task[None] | None = None
     cancel_mode: str | None = None
     started: bool = False  # holds the session (queued until then; for the queue-depth gauge)
@@ -65,57 +75,121 @@ class Job:
         return f"{self.tenant_id}:{self.session_id}"
 
 
+@dataclass
+class Turn:
+    """A started turn: the agent with its memory loaded, and what was stored before."""
+
+    agent: Any
+    nodes: dict[str, Any] | None  # key -> memory owner; None: via state_dict/load_state_dict
+    before: dict[str, int]  # stored entries per key
+    rev: int  # the session's memory_rev the memory was loaded at
+    budget: RunBudget
+
+    def after(self, session_key: str) -> dict[str, Any]:
+        """The memory now (only entries past ``before`` are written)."""
+        if self.nodes is not None:
+            return current(self.nodes, session_key)
+        state: dict[str, Any] = self.agent.state_dict(session_key)
+        return state
+
+
 async def execute(manager: RunManager, job: Job) -> None:
     """Run ``job`` to a final status; never raises."""
     run_id_var.set(job.run_id)  # this task's log lines carry the run id (its own context)
     result = TurnResult()
-    before: dict[str, list[dict[str, Any]]] = {}
-    agent: Any = None
+    turn: Turn | None = None
     try:
         async with manager.locks.running(job.session_pk):
             if job.cancel_mode is not None:
                 raise asyncio.CancelledError  # cancelled while queued
             job.started = True
-            await _set(manager, job.run_id, status="running", started_at=utcnow())
-            async with manager.sessionmaker() as db:
-                before = await load_state(db, job.session_pk)
-                budget = await load_run_budget(
-                    db, job.tenant_id, job.session_pk, job.spec.budget, lambda: result.usage
-                )
-            agent = manager.build_agent(job.spec, job.agent_name)
-            if before:
-                agent.load_state_dict(
-                    merge_state(agent.state_dict(job.session_key), before),
-                    session_id=job.session_key,
-                )
-            with budget_scope(budget):  # checked before every model call of the turn
+            turn = await _begin(manager, job, lambda: result.usage)
+            with budget_scope(turn.budget):  # checked before every model call of the turn
                 await run_turn(
-                    agent, job.message, job.session_key, job.gen_params, job.channel, result
+                    turn.agent, job.message, job.session_key, job.gen_params, job.channel, result
                 )
             job.finishing = True
-            await _finish(
-                manager, job, "completed", "end", result, before, agent.state_dict(job.session_key)
-            )
+            await _finish(manager, job, "completed", "end", result, turn)
     except BudgetExceeded:
         # Stopped at a model-call boundary: keep what the turn produced so far.
         job.finishing = True
-        after = agent.state_dict(job.session_key) if agent is not None else None
-        await _finish_safely(manager, job, "completed", BUDGET_STOP, result, before, after)
+        await _finish_safely(manager, job, "completed", BUDGET_STOP, result, turn)
     except asyncio.CancelledError:
         mode = job.cancel_mode or "shutdown"
         status, keep = CANCEL_MODES.get(mode, ("cancelled", False))
-        after = agent.state_dict(job.session_key) if keep and agent is not None else None
-        await _finish_safely(manager, job, status, mode, result, before, after)
+        await _finish_safely(manager, job, status, mode, result, turn if keep else None)
     except Exception as exc:
         log.exception("run %s failed", job.run_id)
         error = {"message": str(exc) or type(exc).__name__, "type": type(exc).__name__}
         if isinstance(exc, EngineError):
             error["code"] = exc.code
-        await _finish_safely(manager, job, "failed", "error", result, before, None, error)
+        await _finish_safely(manager, job, "failed", "error", result, None, error)
     finally:
         await _guard(job.channel.close())
         job.done.set()
         manager.forget(job)
+
+
+async def _begin(manager: RunManager, job: Job, usage: Callable[[], Usage]) -> Turn:
+    """Build the agent and load the session's memory: from the in-process cache when the
+    stored revision matches (no rows read, nothing re-validated), else from the rows."""
+    agent = manager.build_agent(job.spec, job.agent_name)
+    nodes = memory_nodes(agent)
+    memories = plain_memories(nodes, job.session_key) if nodes is not None else None
+    rev, figures = job.rev, job.budget
+    stored: dict[str, list[dict[str, Any]]] | None = None
+    async with manager.sessionmaker() as db:
+        if job.queued or rev is None:
+            # It waited for the session: mark it running and read what may have changed since.
+            async with manager.writes.hold(), db.begin():
+                if job.queued:
+                    job.run.started_at = utcnow()
+                    await db.execute(
+                        sa.update(Run)
+                        .where(Run.id == job.run_id)
+                        .values(status="running", started_at=job.run.started_at)
+                    )
+                    job.run.status = "running"
+                rev = int(
+                    await db.scalar(
+                        sa.select(SessionRow.memory_rev).where(SessionRow.pk == job.session_pk)
+                    )
+                    or 0
+                )
+                figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
+                cached = manager.memory.get(job.session_pk, rev) if memories else None
+                if cached is None:
+                    stored = await load_state(db, job.session_pk)
+        else:
+            cached = manager.memory.get(job.session_pk, rev) if memories else None
+            if cached is None:
+                stored = await load_state(db, job.session_pk)
+            if figures is None:
+                figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
+    budget = figures.budget(usage)
+    if memories is not None and nodes is not None:
+        if cached is None or set(cached) != set(memories):
+            assert stored is not None or cached is not None
+            source = stored if stored is not None else await _reload(manager, job)
+            cached = {
+                key: [load_memory_message(m) for m in source.get(key, [])] for key in memories
+            }
+        for key, memory in memories.items():
+            memory.memory = list(cached[key])
+        return Turn(agent, nodes, {k: len(v) for k, v in cached.items()}, rev, budget)
+    # An agent whose memory this module cannot set directly: the lagent API.
+    if stored is None:
+        stored = await _reload(manager, job)
+    if stored:
+        agent.load_state_dict(
+            merge_state(agent.state_dict(job.session_key), stored), session_id=job.session_key
+        )
+    return Turn(agent, None, {k: len(v) for k, v in stored.items()}, rev, budget)
+
+
+async def _reload(manager: RunManager, job: Job) -> dict[str, list[dict[str, Any]]]:
+    async with manager.sessionmaker() as db:
+        return await load_state(db, job.session_pk)
 
 
 async def _finish_safely(manager: RunManager, job: Job, *args: Any) -> None:
@@ -141,42 +215,67 @@ async def _guard(coro: Any) -> None:
         log.exception("finishing a run failed")
 
 
-async def _set(manager: RunManager, run_id: str, **values: Any) -> None:
-    async with manager.sessionmaker() as db, db.begin():
-        await db.execute(sa.update(Run).where(Run.id == run_id).values(**values))
-
-
 async def _finish(
     manager: RunManager,
     job: Job,
     status: str,
     stop_reason: str,
     result: TurnResult,
-    before: dict[str, list[dict[str, Any]]],
-    after: dict[str, Any] | None,
+    turn: Turn | None,
     error: dict[str, Any] | None = None,
 ) -> None:
-    """Store the new messages and the final status in one transaction, then announce it."""
-    output = dump_message(result.final) if result.final is not None else None
-    async with manager.sessionmaker() as db, db.begin():
-        if after is not None:
-            await save_new_messages(db, job.session_pk, job.run_id, before, after)
-        run = await db.get(Run, job.run_id)
-        assert run is not None
-        run.status, run.stop_reason, run.output, run.error = status, stop_reason, output, error
-        run.prompt_tokens = result.usage.prompt_tokens
-        run.completion_tokens = result.usage.completion_tokens
-        run.finished_at = utcnow()
-        await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
-    if manager.on_finished is not None:
-        manager.on_finished(run)
+    """One transaction: the new messages (of ``turn``, if kept), the final status, the tenant's
+    charge and the run's unsaved events with the terminal one; then announce it."""
+    manager.memory.drop(job.session_pk)  # re-added below only after a clean, stored turn
+    run = job.run
+    run.status, run.stop_reason, run.error = status, stop_reason, error
+    run.output = dump_message(result.final) if result.final is not None else None
+    run.prompt_tokens = result.usage.prompt_tokens
+    run.completion_tokens = result.usage.completion_tokens
+    run.finished_at = utcnow()
     public = manager.public(run)
     if status == "completed":
-        await job.channel.emit("run.completed", {"run": public}, durable=True)
+        terminal: tuple[str, dict[str, Any]] = ("run.completed", {"run": public})
     elif status == "failed":
-        await job.channel.emit("run.failed", {"run": public, "error": error}, durable=True)
+        terminal = ("run.failed", {"run": public, "error": error})
     else:
-        await job.channel.emit("run.cancelled", {"run": public}, durable=True)
+        terminal = ("run.cancelled", {"run": public})
+    after = turn.after(job.session_key) if turn is not None else None
+    changed = False
+    await job.channel.stop_flushing()
+    async with manager.writes.hold(), manager.sessionmaker() as db, db.begin():
+        if turn is not None and after is not None:
+            changed = await save_new_messages(db, job.session_pk, job.run_id, turn.before, after)
+        await db.execute(
+            sa.update(Run)
+            .where(Run.id == job.run_id)
+            .values(
+                status=run.status,
+                stop_reason=run.stop_reason,
+                output=run.output,
+                error=run.error,
+                prompt_tokens=run.prompt_tokens,
+                completion_tokens=run.completion_tokens,
+                finished_at=run.finished_at,
+            )
+        )
+        await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
+        event = await job.channel.save_final(db, *terminal)
+    if (
+        turn is not None
+        and turn.nodes is not None
+        and (status, stop_reason)
+        == (
+            "completed",
+            "end",
+        )
+    ):
+        assert after is not None
+        manager.memory.put(job.session_pk, turn.rev + (1 if changed else 0), after)
+    manager.finished[job.run_id] = run
+    if manager.on_finished is not None:
+        manager.on_finished(run)
+    await job.channel.published(event)
 
 
 def input_message(raw: Any) -> AgentMessage:

@@ -11,7 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
+from app.db.base import utcnow
 from app.db.models import Message
+from app.db.models import Session as SessionRow
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, jsonable, load_message
 from app.runtime.registry import ServableAgent
@@ -43,27 +45,37 @@ def merge_state(
 def new_rows(
     session_pk: str,
     run_id: str | None,
-    before: dict[str, list[dict[str, Any]]],
+    before: dict[str, int],
     after: dict[str, Any],
-) -> tuple[list[Message], list[str]]:
-    """Rows to append (entries past the stored length) and keys whose history shrank."""
-    rows: list[Message] = []
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows to append (entries past the stored length ``before[key]``) and keys whose history
+    shrank; only the new entries are dumped."""
+    rows: list[dict[str, Any]] = []
     rewrite: list[str] = []
+    now = utcnow()
     for key, items in after.items():
-        items = list(items or [])
-        start = len(before.get(key, []))
+        items = items or []
+        start = before.get(key, 0)
         if len(items) < start:  # memory was cut: rewrite that key (rare)
             rewrite.append(key)
             start = 0
         for index in range(start, len(items)):
             item = items[index]
-            data = (
-                dump_message(load_message(item))
-                if isinstance(item, AgentMessage | dict)
-                else jsonable(item)
-            )
+            if isinstance(item, AgentMessage):
+                data = dump_message(item)
+            elif isinstance(item, dict):
+                data = dump_message(load_message(item))
+            else:
+                data = jsonable(item)
             rows.append(
-                Message(session_pk=session_pk, key=key, index=index, data=data, run_id=run_id)
+                {
+                    "session_pk": session_pk,
+                    "key": key,
+                    "index": index,
+                    "data": data,
+                    "run_id": run_id,
+                    "created_at": now,
+                }
             )
     return rows, rewrite
 
@@ -72,18 +84,30 @@ async def save_new_messages(
     db: AsyncSession,
     session_pk: str,
     run_id: str | None,
-    before: dict[str, list[dict[str, Any]]],
+    before: dict[str, int],
     after: dict[str, Any],
-) -> int:
-    """Append the new entries of ``after`` in the caller's transaction; returns how many."""
+) -> bool:
+    """Append the new entries of ``after`` in the caller's transaction (one executemany, and a
+    ``memory_rev`` bump); returns whether anything changed."""
     rows, rewrite = new_rows(session_pk, run_id, before, after)
     if rewrite:
         await db.execute(
             sa.delete(Message).where(Message.session_pk == session_pk, Message.key.in_(rewrite))
         )
-    db.add_all(rows)
-    await db.flush()
-    return len(rows)
+    if rows:
+        await db.execute(sa.insert(Message), rows)
+    if rows or rewrite:
+        await bump_memory_rev(db, session_pk)
+    return bool(rows or rewrite)
+
+
+async def bump_memory_rev(db: AsyncSession, session_pk: str) -> None:
+    """Mark the session's memory changed (in the caller's transaction): cached copies go stale."""
+    await db.execute(
+        sa.update(SessionRow)
+        .where(SessionRow.pk == session_pk)
+        .values(memory_rev=SessionRow.memory_rev + 1)
+    )
 
 
 @dataclass
@@ -136,7 +160,9 @@ class _Segmenter:
         data = dump_message(self.open)
         self.result.messages.append(data)
         if self.channel is not None:
-            await self.channel.emit("message", {"index": self.index, "message": data}, durable=True)
+            # Stored by the channel's next flush (≤ flush_s) or with the run's final status:
+            # the message rows themselves are only written when the run ends.
+            await self.channel.emit("message", {"index": self.index, "message": data})
         self.open = None
         self.text = None
 

@@ -17,12 +17,15 @@ from app.db.base import new_id, utcnow
 from app.db.models import Run, RunEvent
 from app.db.models import Session as SessionRow
 from app.errors import SessionBusy
+from app.runtime.budgets import BudgetFigures
 from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel
 from app.runtime.jobs import Job, execute, input_message
 from app.runtime.locks import SessionLocks, lock_for_transaction
+from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message
 from app.runtime.notify import CancelBus
 from app.runtime.registry import ServableAgent
+from app.runtime.writes import WriteGate
 from app.schemas.agents import AgentSpec
 from app.schemas.sessions import TERMINAL, RunPublic
 
@@ -44,6 +47,7 @@ class Submission:
     gen_params: dict[str, Any] | None = None
     options: dict[str, Any] | None = None
     idempotency_key: str | None = None
+    budget: BudgetFigures | None = None  # read with the session (None: read when the run starts)
 
 
 def run_public(run: Run) -> dict[str, Any]:
@@ -88,6 +92,10 @@ class RunManager:
         self.channels: dict[str, RunChannel] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.bus = CancelBus(engine, self._remote_cancel)
+        self.writes = WriteGate(engine)  # SQLite: one write transaction at a time
+        self.memory = MemoryCache()  # sessions' loaded memories (checked against memory_rev)
+        # Runs this process finished, served from memory for KEEP_CHANNEL_S (the POST's answer).
+        self.finished: dict[str, Run] = {}
         # Called with each run this process finished (ops: metrics and the "run finished" log).
         self.on_finished: Callable[[Run], None] | None = None
 
@@ -99,22 +107,31 @@ class RunManager:
         to_cancel: list[str] = []
         async with self.locks.admission(session_pk):
             try:
-                async with self.sessionmaker() as db, db.begin():
+                async with self.writes.hold(), self.sessionmaker() as db, db.begin():
                     await lock_for_transaction(db, session_pk)
                     if sub.idempotency_key and (found := await self._by_key(db, sub)) is not None:
                         return found, False
-                    active = list(
-                        await db.scalars(
-                            sa.select(Run.id)
-                            .where(Run.session_pk == session_pk, Run.status.in_(ACTIVE))
+                    # The session's memory revision and its active runs, in one query.
+                    rows = (
+                        await db.execute(
+                            sa.select(SessionRow.memory_rev, Run.id)
+                            .select_from(SessionRow)
+                            .outerjoin(
+                                Run, (Run.session_pk == SessionRow.pk) & Run.status.in_(ACTIVE)
+                            )
+                            .where(SessionRow.pk == session_pk)
                             .order_by(Run.created_at)
                         )
-                    )
+                    ).all()
+                    rev = rows[0][0] if rows else None
+                    active = [run_id for _, run_id in rows if run_id is not None]
                     if active and sub.strategy == "reject":
                         raise SessionBusy(sub.session.id)
                     if sub.strategy in ("interrupt", "rollback"):
                         to_cancel = active
-                    run = self._new_run(sub)
+                    # An idle session's run is ``running`` from the start (no second write);
+                    # behind another run it is ``queued`` until that one ends.
+                    run = self._new_run(sub, running=not active)
                     db.add(run)
             except IntegrityError:  # a concurrent retry with the same Idempotency-Key won
                 async with self.sessionmaker() as db:
@@ -125,7 +142,7 @@ class RunManager:
             mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
             for run_id in to_cancel:
                 await self.cancel(run_id, mode)
-            self._start(sub, run)
+            self._start(sub, run, None if active else rev)
         return run, True
 
     async def _by_key(self, db: AsyncSession, sub: Submission) -> Run | None:
@@ -136,8 +153,9 @@ class RunManager:
         )
         return found
 
-    def _new_run(self, sub: Submission) -> Run:
+    def _new_run(self, sub: Submission, running: bool) -> Run:
         message = input_message(sub.message)
+        now = utcnow()
         return Run(
             id=new_id("run"),
             tenant_id=sub.tenant_id,
@@ -145,18 +163,26 @@ class RunManager:
             session_id=sub.session.id,
             agent=sub.agent_name,
             agent_version=sub.session.agent_version,
-            status="queued",
+            status="running" if running else "queued",
+            stop_reason=None,
             input=dump_message(message),
+            output=None,
+            error=None,
             options=sub.options or {},
             prompt_tokens=0,
             completion_tokens=0,
             idempotency_key=sub.idempotency_key,
-            created_at=utcnow(),
+            created_at=now,
+            started_at=now if running else None,
+            finished_at=None,
         )
 
-    def _start(self, sub: Submission, run: Run) -> None:
-        channel = RunChannel(run.id, self.sessionmaker, self.flush_s)
+    def _start(self, sub: Submission, run: Run, rev: int | None) -> None:
+        """Start the run's task; ``rev`` is the memory revision read at admission (None when
+        the run is queued: it reads it, and the budget, when it starts)."""
+        channel = RunChannel(run.id, self.sessionmaker, self.flush_s, self.writes)
         job = Job(
+            run=run,
             run_id=run.id,
             tenant_id=sub.tenant_id,
             session_pk=sub.session.pk,
@@ -166,6 +192,9 @@ class RunManager:
             message=input_message(sub.message),
             gen_params=sub.gen_params or {},
             channel=channel,
+            queued=run.status == "queued",
+            rev=rev,
+            budget=sub.budget if rev is not None else None,
         )
         self.jobs[run.id] = job
         self.channels[run.id] = channel
@@ -179,6 +208,11 @@ class RunManager:
         self.jobs.pop(job.run_id, None)
         loop = asyncio.get_running_loop()
         loop.call_later(KEEP_CHANNEL_S, self.channels.pop, job.run_id, None)
+        loop.call_later(KEEP_CHANNEL_S, self.finished.pop, job.run_id, None)
+
+    def result(self, run_id: str) -> Run | None:
+        """The final state of a run this process finished recently (None: read the database)."""
+        return self.finished.get(run_id)
 
     async def start(self) -> int:
         """Listen for cancels from other replicas; close runs left by dead processes."""
@@ -225,7 +259,7 @@ class RunManager:
 
     async def _cancel_orphan(self, run_id: str, mode: str) -> None:
         # An active run no process of ours owns (left by a dead process): just close it.
-        async with self.sessionmaker() as db, db.begin():
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
             run = await db.get(Run, run_id)
             if run is None or run.status in TERMINAL:
                 return

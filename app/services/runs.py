@@ -2,18 +2,63 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Run
+from app.db.models import Agent, AgentVersion, Run, Tenant
+from app.db.models import Session as SessionRow
 from app.errors import NotFound, Unavailable
-from app.ops.budget_store import preflight
+from app.runtime.budgets import session_figures
 from app.runtime.runs import Submission
+from app.schemas.agents import AgentSpec
 from app.schemas.sessions import RunCreate
-from app.services.agents import agent_spec
 from app.services.pages import check_limit, page
 from app.services.sessions import get_session
 from app.state import AppState
+
+# Agent versions never change once stored: their parsed specs are kept by (agent id, version).
+_SPECS: OrderedDict[tuple[str, int], AgentSpec] = OrderedDict()
+_SPECS_MAX = 1024
+
+
+def _spec(agent_id: str, version: int, raw: dict[str, Any]) -> AgentSpec:
+    key = (agent_id, version)
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = _SPECS[key] = AgentSpec.model_validate(raw)
+        if len(_SPECS) > _SPECS_MAX:
+            _SPECS.popitem(last=False)
+    return spec
+
+
+async def _lookup(
+    db: AsyncSession, tenant_id: str, session_id: str
+) -> tuple[SessionRow, str, AgentSpec, int | None, int]:
+    """The session, its agent's name and pinned spec, and the tenant's budget: one query."""
+    found = (
+        await db.execute(
+            sa.select(
+                SessionRow, Agent.name, AgentVersion.spec, Tenant.token_budget, Tenant.tokens_used
+            )
+            .join(Agent, Agent.id == SessionRow.agent_id)
+            .outerjoin(
+                AgentVersion,
+                (AgentVersion.agent_id == SessionRow.agent_id)
+                & (AgentVersion.version == SessionRow.agent_version),
+            )
+            .outerjoin(Tenant, Tenant.id == SessionRow.tenant_id)
+            .where(SessionRow.tenant_id == tenant_id, SessionRow.id == session_id)
+        )
+    ).first()
+    if found is None:
+        raise NotFound(f"session {session_id!r} not found", param="id")
+    row, name, raw_spec, budget, used = found
+    if raw_spec is None:
+        raise NotFound(f"agent version {row.agent_version} not found")
+    return row, name, _spec(row.agent_id, row.agent_version, raw_spec), budget, int(used or 0)
 
 
 async def prepare_submission(
@@ -21,9 +66,9 @@ async def prepare_submission(
 ) -> Submission:
     """Look up the session and its pinned spec (a short DB session, not held while streaming)."""
     async with state.sessionmaker() as db:
-        row, agent = await get_session(db, tenant_id, session_id)
-        spec = await agent_spec(db, agent.id, row.agent_version)
-        await preflight(db, tenant_id, row.pk, spec.budget)  # 429 budget_exceeded when spent
+        row, agent_name, spec, tenant_limit, tenant_used = await _lookup(db, tenant_id, session_id)
+        figures = await session_figures(db, row.pk, spec.budget, tenant_limit, tenant_used)
+    figures.preflight()  # 429 budget_exceeded when spent
     if spec.model is not None:
         handle = state.models.get(spec.model)
         if handle is None or not handle.ready:
@@ -32,7 +77,7 @@ async def prepare_submission(
     return Submission(
         tenant_id=tenant_id,
         session=row,
-        agent_name=agent.name,
+        agent_name=agent_name,
         spec=spec,
         message=message,
         strategy=body.multitask_strategy,
@@ -43,6 +88,7 @@ async def prepare_submission(
             "multitask_strategy": body.multitask_strategy,
         },
         idempotency_key=idempotency_key,
+        budget=figures,
     )
 
 

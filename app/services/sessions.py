@@ -13,7 +13,7 @@ from app.db.models import Agent, Message, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.runtime.messages import dump_message, load_message
-from app.runtime.runner import load_state
+from app.runtime.runner import bump_memory_rev, load_state
 from app.schemas.sessions import SessionCreate, SessionPublic
 from app.services.agents import agent_spec, get_agent
 from app.services.pages import check_limit, page
@@ -152,6 +152,7 @@ async def replace_memory(
     )
     row.updated_at = utcnow()
     await db.flush()
+    await bump_memory_rev(db, row.pk)  # in-process copies of the old memory go stale
     for key in keys or ():
         cleaned.setdefault(key, [])
     return dict(sorted(cleaned.items()))
@@ -170,3 +171,4 @@ async def reset_memory(db: AsyncSession, row: SessionRow) -> None:
     await db.execute(sa.delete(Message).where(Message.session_pk == row.pk))
     row.updated_at = utcnow()
     await db.flush()
+    await bump_memory_rev(db, row.pk)  # in-process copies of the old memory go stale
