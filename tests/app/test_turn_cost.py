@@ -1,0 +1,225 @@
+"""What a session turn costs the database, and the in-process memory it keeps between turns."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.migrate import upgrade
+from app.main import create_app
+from tests.app.conftest import (
+    KEY_A,
+    PG_URL,
+    _drop_pg_database,
+    _fresh_pg_database,
+    make_agent,
+    make_session,
+    make_settings,
+    parse_sse,
+)
+
+# A turn of an idle session, answered as JSON (statements / transactions), after this change;
+# before it: 18 statements in 8 (SQLite) or 9 (PostgreSQL) transactions.
+TURN_COST = {"sqlite": (8, 3), "postgresql": (11, 4)}
+
+
+@dataclass
+class Counter:
+    statements: list[str] = field(default_factory=list)
+    transactions: int = 0
+
+
+@contextmanager
+def counting(engine: AsyncEngine) -> Iterator[Counter]:
+    """Every SQL statement and transaction the engine runs inside the block."""
+    counter = Counter()
+
+    def on_execute(_c: Any, _cur: Any, statement: str, *_args: Any) -> None:
+        counter.statements.append(statement)
+
+    def on_begin(_c: Any) -> None:
+        counter.transactions += 1
+
+    sync = engine.sync_engine
+    event.listen(sync, "before_cursor_execute", on_execute)
+    event.listen(sync, "begin", on_begin)
+    try:
+        yield counter
+    finally:
+        event.remove(sync, "before_cursor_execute", on_execute)
+        event.remove(sync, "begin", on_begin)
+
+
+def engine_of(app: FastAPI) -> AsyncEngine:
+    engine: AsyncEngine = app.state.agentstation.engine
+    return engine
+
+
+async def turn(
+    client: httpx.AsyncClient, sid: str, message: str = "hello", strategy: str = "reject"
+) -> dict[str, Any]:
+    body = {"message": message, "multitask_strategy": strategy}
+    resp = await client.post(f"/v1/sessions/{sid}/messages", json=body)
+    assert resp.status_code == 200, resp.text
+    data: dict[str, Any] = resp.json()
+    assert data["run"]["status"] == "completed", data
+    return data
+
+
+async def memory(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    return items
+
+
+async def settle(app: FastAPI) -> None:
+    """Until this app has no run in progress (runs outlive the request by a few steps)."""
+    runs = app.state.agentstation.runs
+    for _ in range(500):
+        if not runs.jobs:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("a run never finished")
+
+
+async def test_a_turn_costs_few_statements_and_transactions(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    await turn(client, sid, "warm up")  # the memory of the session is now kept in process
+    await settle(app)
+    engine = engine_of(app)
+    with counting(engine) as counter:
+        await turn(client, sid)
+        await settle(app)
+    statements, transactions = TURN_COST[engine.dialect.name]
+    assert len(counter.statements) <= statements, counter.statements
+    assert counter.transactions <= transactions
+    # Nothing is read back: not the history, not the finished run.
+    assert not any("FROM messages" in s for s in counter.statements)
+    assert not any(s.lstrip().startswith("SELECT runs.") for s in counter.statements)
+
+
+async def test_long_history_is_not_reloaded_and_only_new_messages_are_written(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    history = [{"content": f"m{i}", "sender": "user"} for i in range(300)]
+    assert (await client.put(f"/v1/sessions/{sid}/memory", json={"memory": history})).is_success
+    await turn(client, sid, "first")  # loads the 300 stored messages once
+    await settle(app)
+    with counting(engine_of(app)) as counter:
+        await turn(client, sid, "second")
+        await settle(app)
+    assert not any("FROM messages" in s for s in counter.statements)
+    inserts = [s for s in counter.statements if s.startswith("INSERT INTO messages")]
+    assert len(inserts) == 1  # the turn's two new messages, in one statement
+    stored = await memory(client, sid)
+    assert [m["content"] for m in stored[:300]] == [f"m{i}" for i in range(300)]
+    assert [m["content"] for m in stored[300:] if m["sender"] == "user"] == ["first", "second"]
+    assert len(stored) == 304
+
+
+async def test_replacing_the_memory_is_seen_by_the_next_turn(client: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    # The scripted model counts the prompt's words: the history the turn saw.
+    fresh_prompt = (await turn(client, sid, "before"))["run"]["usage"]["prompt_tokens"]
+    replaced = {"memory": [{"content": f"only {i}", "sender": "user"} for i in range(3)]}
+    assert (await client.put(f"/v1/sessions/{sid}/memory", json=replaced)).is_success
+    await turn(client, sid, "after")
+    contents = [m["content"] for m in await memory(client, sid)]
+    assert contents[:4] == ["only 0", "only 1", "only 2", "after"] and len(contents) == 5
+    assert (await client.post(f"/v1/sessions/{sid}/reset")).is_success
+    again = await turn(client, sid, "before")
+    assert again["run"]["usage"]["prompt_tokens"] == fresh_prompt
+    assert [m["content"] for m in await memory(client, sid)] == ["before", "before"]
+
+
+async def test_an_idle_session_runs_at_once_and_a_busy_one_queues(
+    client: httpx.AsyncClient,
+) -> None:
+    await make_agent(client, model="slow")
+    sid = await make_session(client)
+    first = asyncio.create_task(turn(client, sid, "one"))
+    for _ in range(500):
+        runs = (await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]
+        if runs:
+            break
+        await asyncio.sleep(0.01)
+    assert runs[0]["status"] == "running" and runs[0]["started_at"] is not None
+    queued = {"message": "two", "stream": True, "multitask_strategy": "enqueue"}
+    events = parse_sse((await client.post(f"/v1/sessions/{sid}/messages", json=queued)).text)
+    assert events[0]["event"] == "run.created"
+    assert events[0]["data"]["run"]["status"] == "queued"
+    assert events[-1]["event"] == "run.completed"
+    assert events[-1]["data"]["run"]["started_at"] is not None
+    one = (await first)["run"]
+    log = parse_sse((await client.get(f"/v1/runs/{one['id']}/events")).text)
+    assert log[0]["data"]["run"]["status"] == "running"
+    assert log[-1]["data"]["run"]["finished_at"] <= events[-1]["data"]["run"]["started_at"]
+    contents = [m["content"] for m in await memory(client, sid) if m["sender"] == "user"]
+    assert contents == ["one", "two"]
+
+
+async def test_concurrent_turns_on_many_sessions_all_complete(client: httpx.AsyncClient) -> None:
+    await make_agent(client)
+    sids = [await make_session(client) for _ in range(12)]
+    turns = (turn(client, sid, f"to {sid}", "enqueue") for sid in sids for _ in range(2))
+    await asyncio.gather(*turns)
+    for sid in sids:
+        users = [m["content"] for m in await memory(client, sid) if m["sender"] == "user"]
+        assert users == [f"to {sid}"] * 2
+
+
+@pytest.fixture
+async def two_replicas() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    if not PG_URL:
+        pytest.fail("AGENTSTATION_TEST_DATABASE_URL is not set (deselect with -m 'not postgres')")
+    url = await _fresh_pg_database()
+    await asyncio.to_thread(upgrade, url)
+    one, two = create_app(make_settings(url)), create_app(make_settings(url))
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    try:
+        async with LifespanManager(one), LifespanManager(two):
+            async with (
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=one), base_url="http://1", headers=headers
+                ) as c1,
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=two), base_url="http://2", headers=headers
+                ) as c2,
+            ):
+                yield c1, c2
+    finally:
+        await _drop_pg_database(url)
+
+
+@pytest.mark.postgres
+async def test_a_write_on_another_replica_invalidates_the_kept_memory(
+    two_replicas: tuple[httpx.AsyncClient, httpx.AsyncClient],
+) -> None:
+    one, two = two_replicas
+    await make_agent(one)
+    sid = await make_session(one)
+    await turn(one, sid, "a")  # replica one keeps the memory [a, reply]
+    await turn(two, sid, "b")  # replica two appends [b, reply]
+    await turn(one, sid, "c")  # must see b: a stale copy would write over indexes 2 and 3
+    users = [m["content"] for m in await memory(one, sid) if m["sender"] == "user"]
+    assert users == ["a", "b", "c"]
+    replaced = {"memory": [{"content": "z", "sender": "user"}]}
+    assert (await two.put(f"/v1/sessions/{sid}/memory", json=replaced)).is_success
+    await turn(one, sid, "d")
+    users = [m["content"] for m in await memory(two, sid) if m["sender"] == "user"]
+    assert users == ["z", "d"]
