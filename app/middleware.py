@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,10 +39,11 @@ class BodyLimitMiddleware:
                     raise HTTPException(413, f"request body larger than {self.max_bytes} bytes")
             return message
 
-        async def tracking_send(message: Message) -> None:
+        def tracking_send(message: Message) -> Awaitable[None]:
+            # Plain function: body messages pass straight through without a coroutine frame.
             nonlocal started
             started = started or message["type"] == "http.response.start"
-            await send(message)
+            return send(message)
 
         try:
             await self.app(scope, limited_receive, tracking_send)

@@ -138,7 +138,7 @@ class OpenAIClient:
         resp = await self.post({**request, "stream": True})
         finished = False
         try:
-            async with contextlib.aclosing(_sse_data(resp)) as events:
+            async with contextlib.aclosing(sse_data(resp)) as events:
                 async for data in events:
                     if data.strip() == "[DONE]":
                         break
@@ -161,7 +161,7 @@ def _retry_after(resp: aiohttp.ClientResponse, default: float, cap: float) -> fl
         return default
 
 
-async def _sse_data(resp: aiohttp.ClientResponse) -> AsyncGenerator[str, None]:
+async def sse_data(resp: aiohttp.ClientResponse) -> AsyncGenerator[str, None]:
     """The ``data`` of each server-sent event (multi-line data joined with newlines)."""
     buffer, data = b"", list[str]()
     async for chunk in resp.content.iter_any():

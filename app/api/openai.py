@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Header
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agents.llms.openai_client import APIConnectionError
 from app.api.sse import SSE_RESPONSES
@@ -17,6 +16,7 @@ from app.db.models import Agent
 from app.deps import PrincipalDep, StateDep
 from app.engines.base import EngineError
 from app.errors import AppError, NotFound, Unavailable, upstream_unavailable
+from app.models.encoded import EncodedJSON, encoded
 from app.schemas.agents import AgentSpec
 from app.schemas.openai import ChatCompletionRequest
 from app.services import chat
@@ -101,7 +101,10 @@ async def chat_completions(
     request = body.model_dump(exclude_none=True)
     if body.stream:
         return await _sse(handle.raw.stream(request))
-    return JSONResponse(await handle.raw.complete(request))
+    answer = await handle.raw.complete(request)
+    if isinstance(answer, EncodedJSON):  # an upstream's bytes: passed through, not re-encoded
+        return Response(answer.raw, media_type="application/json")
+    return JSONResponse(answer)
 
 
 async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
@@ -111,7 +114,7 @@ async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
     except StopAsyncIteration:
         first = None
 
-    async def body() -> AsyncIterator[str]:
+    async def body() -> AsyncIterator[bytes]:
         try:
             if first is not None:
                 yield _data(first)
@@ -119,15 +122,17 @@ async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
                 yield _data(chunk)
         except Exception as exc:  # headers are sent: report in-stream
             yield _data({"error": _error(exc)})
-        yield "data: [DONE]\n\n"
+        yield b"data: [DONE]\n\n"
 
     return StreamingResponse(
         body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
     )
 
 
-def _data(obj: dict[str, Any]) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
+def _data(obj: dict[str, Any]) -> bytes:
+    # Pre-encoded chunks (EncodedJSON: scripted/LLM raw streams, proxied upstream events) are
+    # sent as they are; others are encoded compactly here.
+    return b"data: " + encoded(obj) + b"\n\n"
 
 
 def _error(exc: Exception) -> dict[str, Any]:

@@ -2,61 +2,107 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import aiohttp
 
 from agents.llms.base import AsyncBaseLLM
+from agents.llms.openai_client import APIConnectionError, APIError, OpenAIClient, sse_data
 from app.engines.base import EngineError, ModelHandle
+from app.models.encoded import EncodedJSON, dumps
+
+# Upstream 4xx answers that mean "the gateway is misconfigured or the upstream is overloaded"
+# (its key, its model name, its rate limit): the caller can do nothing about them, so they are
+# the engine's 503. Any other 4xx refused the caller's request: it is passed on as that status.
+_NOT_THE_CALLERS = frozenset({401, 403, 404, 407, 408, 409, 429})
+
+
+def _engine_error(exc: Exception) -> EngineError:
+    """The gateway's error for an upstream failure (docs/api.md: 503 ``engine_unavailable``)."""
+    status = exc.status if isinstance(exc, APIError) else None
+    if isinstance(exc, APIConnectionError) or status is None:
+        return EngineError(f"upstream model unreachable: {exc}")
+    if 400 <= status < 500 and status not in _NOT_THE_CALLERS:
+        return EngineError(f"upstream model refused the request: {exc}", status, "upstream_error")
+    return EngineError(f"upstream error {status}: {exc}")
 
 
 class OpenAIRawBackend:
-    """Forwards chat completion requests, renaming ``model`` to the upstream model."""
+    """Forwards chat completion requests, renaming ``model`` to the upstream model.
 
-    def __init__(self, base_url: str, model: str, api_key: str | None, timeout_s: float) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    One aiohttp session (``OpenAIClient``) per backend, no retries (the caller's SDK retries),
+    and the upstream's JSON is passed through as bytes: the answer is parsed (ops count its
+    usage) but never re-encoded.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        timeout_s: float,
+        max_connections: int = 0,
+    ) -> None:
         self.model = model
-        self.client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s
+        self.client = OpenAIClient(
+            base_url,
+            # "EMPTY" as the agent LLM sends it: OpenAIClient would otherwise fall back to
+            # $OPENAI_API_KEY, and that key must not go to an arbitrary base_url.
+            api_key or "EMPTY",
+            model=model,
+            retry=1,
+            timeout=timeout_s,
+            connect_timeout=min(10.0, timeout_s),
+            max_connections=max_connections,  # 0: no limit (aiohttp), like the forwarder
         )
 
-    def _body(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {**request, "model": self.model}
-
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        """POST /chat/completions and return its JSON."""
+        """POST /chat/completions; its JSON, carrying the upstream's bytes (``EncodedJSON``)."""
         try:
-            resp = await self.client.post("/chat/completions", json=self._body(request))
-        except httpx.HTTPError as exc:
-            raise EngineError(f"upstream model unreachable: {exc}") from exc
-        if resp.status_code >= 400:
-            raise EngineError(f"upstream error {resp.status_code}: {resp.text[:500]}")
-        data: dict[str, Any] = resp.json()
-        return data
+            resp = await self.client.post(request)
+        except (APIError, aiohttp.ClientError, TimeoutError) as exc:
+            raise _engine_error(exc) from exc
+        try:
+            raw = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _engine_error(exc) from exc
+        finally:
+            resp.release()
+        try:
+            return EncodedJSON(json.loads(raw), raw)
+        except ValueError as exc:
+            raise EngineError(f"upstream answered invalid JSON: {raw[:200]!r}") from exc
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Relay the upstream SSE chunks."""
-        body = {**self._body(request), "stream": True}
+        """Relay the upstream SSE chunks (``EncodedJSON``: each event's bytes, passed through)."""
         try:
-            async with self.client.stream("POST", "/chat/completions", json=body) as resp:
-                if resp.status_code >= 400:
-                    text = (await resp.aread()).decode(errors="replace")
-                    raise EngineError(f"upstream error {resp.status_code}: {text[:500]}")
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        return
-                    yield json.loads(data)
-        except httpx.HTTPError as exc:
-            raise EngineError(f"upstream model unreachable: {exc}") from exc
+            resp = await self.client.post({**request, "stream": True})
+        except (APIError, aiohttp.ClientError, TimeoutError) as exc:
+            raise _engine_error(exc) from exc
+        finished = False
+        try:
+            async with contextlib.aclosing(sse_data(resp)) as events:
+                async for data in events:
+                    if data.strip() == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    # A multi-line event cannot be written back as one ``data:`` line.
+                    raw = data.encode() if "\n" not in data else dumps(chunk)
+                    yield EncodedJSON(chunk, raw)
+            finished = True
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _engine_error(exc) from exc
+        finally:
+            # Closing (not releasing) a half-read response drops the connection, so the
+            # upstream stops generating for a client that went away.
+            resp.release() if finished else resp.close()
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
+        """Close the HTTP session."""
         await self.client.aclose()
 
 
@@ -77,7 +123,8 @@ class OpenAIHandle(ModelHandle):
 
 
 def create_openai_handle(config: dict[str, Any]) -> ModelHandle:
-    """Build a handle from ``{"name", "base_url", "model", "api_key_env"}``."""
+    """A handle from ``name``, ``base_url``, ``model``, ``api_key_env`` (+ optional ones below)."""
+    # Optional: timeout_s (600), max_connections (raw API; 0 = unlimited), gen_params (agent LLM).
     from agents.llms.openai_compat import AsyncGPTAPI  # written by the llms teammate
 
     env = config.get("api_key_env")
@@ -85,5 +132,7 @@ def create_openai_handle(config: dict[str, Any]) -> ModelHandle:
     base_url = str(config.get("base_url") or "https://api.openai.com/v1")
     model = str(config.get("model") or config["name"])
     timeout = float(config.get("timeout_s", 600))
+    connections = int(config.get("max_connections", 0))
     llm = AsyncGPTAPI(model, key=key or "EMPTY", base_url=base_url, **config.get("gen_params", {}))
-    return OpenAIHandle(config["name"], llm, OpenAIRawBackend(base_url, model, key, timeout))
+    raw = OpenAIRawBackend(base_url, model, key, timeout, connections)
+    return OpenAIHandle(config["name"], llm, raw)

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -127,12 +127,14 @@ class RequestIdMiddleware:
         status = 500
         start = time.perf_counter()
 
-        async def send_wrapper(message: Message) -> None:
+        def send_wrapper(message: Message) -> Awaitable[None]:
+            # A plain function, not a coroutine: body messages (one per SSE event) go straight
+            # to ``send`` without an extra coroutine frame; only the start message is touched.
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()), header]
-            await send(message)
+            return send(message)
 
         token = request_id_var.set(request_id)
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -209,11 +209,12 @@ class MetricsMiddleware:
         status = 500  # what the client sees if the app raises before starting a response
         start = time.perf_counter()
 
-        async def send_wrapper(message: Message) -> None:
+        def send_wrapper(message: Message) -> Awaitable[None]:
+            # Plain function: body messages pass straight through (see RequestIdMiddleware).
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-            await send(message)
+            return send(message)
 
         self.in_flight += 1  # a plain int (no lock): exported by a sampler at scrape time
         try:
