@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.llms.base import Usage
 from agents.memory import load_message as load_memory_message
@@ -24,8 +26,10 @@ from app.ops.budget_store import charge_tenant
 from app.ops.logging import run_id_var
 from app.runtime.budgets import BudgetFigures, read_figures
 from app.runtime.events import RunChannel
+from app.runtime.locks import RunHold
 from app.runtime.memory_cache import current, memory_nodes, plain_memories
 from app.runtime.messages import dump_message, load_message
+from app.runtime.reads import reading
 from app.runtime.runner import TurnResult, load_state, merge_state, run_turn, save_new_messages
 from app.schemas.agents import AgentSpec
 
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
     from app.runtime.runs import RunManager
 
 log = logging.getLogger(__name__)
+RUNS = cast(sa.Table, Run.__table__)  # Core statements: no ORM bookkeeping for rows nobody holds
 
 # Waits between attempts to store a run's end while the database is down (≈ 2 minutes).
 FINISH_RETRY_S = (0.2, 0.5, 1.0, *([2.0] * 60))
@@ -99,7 +104,7 @@ async def execute(manager: RunManager, job: Job) -> None:
     result = TurnResult()
     turn: Turn | None = None
     try:
-        async with manager.locks.running(job.session_pk):
+        async with manager.locks.running(job.session_pk) as hold:
             if job.cancel_mode is not None:
                 raise asyncio.CancelledError  # cancelled while queued
             job.started = True
@@ -109,7 +114,14 @@ async def execute(manager: RunManager, job: Job) -> None:
                     turn.agent, job.message, job.session_key, job.gen_params, job.channel, result
                 )
             job.finishing = True
-            await _finish(manager, job, "completed", "end", result, turn)
+            try:
+                await _finish(manager, job, "completed", "end", result, turn, hold=hold)
+            except Exception as exc:
+                if not (hold.broken and database_unavailable(exc)):
+                    raise
+                # The lock's connection was lost (nothing committed there): store the end on a
+                # pooled connection, retried while the database is unreachable.
+                await _finish_safely(manager, job, "completed", "end", result, turn)
     except BudgetExceeded:
         # Stopped at a model-call boundary: keep what the turn produced so far.
         job.finishing = True
@@ -138,34 +150,37 @@ async def _begin(manager: RunManager, job: Job, usage: Callable[[], Usage]) -> T
     memories = plain_memories(nodes, job.session_key) if nodes is not None else None
     rev, figures = job.rev, job.budget
     stored: dict[str, list[dict[str, Any]]] | None = None
-    async with manager.sessionmaker() as db:
-        if job.queued or rev is None:
-            # It waited for the session: mark it running and read what may have changed since.
-            async with manager.writes.hold(), db.begin():
-                if job.queued:
-                    job.run.started_at = utcnow()
-                    await db.execute(
-                        sa.update(Run)
-                        .where(Run.id == job.run_id)
-                        .values(status="running", started_at=job.run.started_at)
-                    )
-                    job.run.status = "running"
-                rev = int(
-                    await db.scalar(
-                        sa.select(SessionRow.memory_rev).where(SessionRow.pk == job.session_pk)
-                    )
-                    or 0
+    if job.queued or rev is None:
+        # It waited for the session: mark it running and read what may have changed since.
+        async with manager.writes.hold(), manager.sessionmaker() as db, db.begin():
+            started = utcnow()
+            if job.queued:
+                await db.execute(
+                    sa.update(RUNS)
+                    .where(RUNS.c.id == job.run_id)
+                    .values(status="running", started_at=started)
                 )
-                figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
-                cached = manager.memory.get(job.session_pk, rev) if memories else None
-                if cached is None:
-                    stored = await load_state(db, job.session_pk)
-        else:
+            rev = int(
+                await db.scalar(
+                    sa.select(SessionRow.memory_rev).where(SessionRow.pk == job.session_pk)
+                )
+                or 0
+            )
+            figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
             cached = manager.memory.get(job.session_pk, rev) if memories else None
             if cached is None:
                 stored = await load_state(db, job.session_pk)
-            if figures is None:
-                figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
+        if job.queued:
+            job.run.status, job.run.started_at = "running", started
+    else:
+        cached = manager.memory.get(job.session_pk, rev) if memories else None
+        if cached is None or figures is None:
+            async with reading(manager.engine, manager.sessionmaker) as db:
+                if cached is None:
+                    stored = await load_state(db, job.session_pk)
+                if figures is None:
+                    figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
+    assert figures is not None
     budget = figures.budget(usage)
     if memories is not None and nodes is not None:
         if cached is None or set(cached) != set(memories):
@@ -188,7 +203,7 @@ async def _begin(manager: RunManager, job: Job, usage: Callable[[], Usage]) -> T
 
 
 async def _reload(manager: RunManager, job: Job) -> dict[str, list[dict[str, Any]]]:
-    async with manager.sessionmaker() as db:
+    async with reading(manager.engine, manager.sessionmaker) as db:
         return await load_state(db, job.session_pk)
 
 
@@ -223,9 +238,15 @@ async def _finish(
     result: TurnResult,
     turn: Turn | None,
     error: dict[str, Any] | None = None,
+    *,
+    hold: RunHold | None = None,
 ) -> None:
     """One transaction: the new messages (of ``turn``, if kept), the final status, the tenant's
-    charge and the run's unsaved events with the terminal one; then announce it."""
+    charge and the run's unsaved events with the terminal one; then announce it.
+
+    With ``hold`` (PostgreSQL) it is the session lock's own transaction: its commit stores all
+    this and releases the session at once, so the next run sees it.
+    """
     manager.memory.drop(job.session_pk)  # re-added below only after a clean, stored turn
     run = job.run
     run.status, run.stop_reason, run.error = status, stop_reason, error
@@ -243,34 +264,45 @@ async def _finish(
     after = turn.after(job.session_key) if turn is not None else None
     changed = False
     await job.channel.stop_flushing()
-    async with manager.writes.hold(), manager.sessionmaker() as db, db.begin():
-        if turn is not None and after is not None:
-            changed = await save_new_messages(db, job.session_pk, job.run_id, turn.before, after)
-        await db.execute(
-            sa.update(Run)
-            .where(Run.id == job.run_id)
-            .values(
-                status=run.status,
-                stop_reason=run.stop_reason,
-                output=run.output,
-                error=run.error,
-                prompt_tokens=run.prompt_tokens,
-                completion_tokens=run.completion_tokens,
-                finished_at=run.finished_at,
+    conn = hold.conn if hold is not None else None
+    async with contextlib.AsyncExitStack() as stack:
+        if conn is not None:
+            # Joins the lock's transaction; committed below on the connection itself.
+            db = AsyncSession(bind=conn, join_transaction_mode="rollback_only")
+        else:
+            await stack.enter_async_context(manager.writes.hold())
+            db = await stack.enter_async_context(manager.sessionmaker())
+            await stack.enter_async_context(db.begin())
+        try:
+            if turn is not None and after is not None:
+                changed = await save_new_messages(
+                    db, job.session_pk, job.run_id, turn.before, after
+                )
+            await db.execute(
+                sa.update(RUNS)
+                .where(RUNS.c.id == job.run_id)
+                .values(
+                    status=run.status,
+                    stop_reason=run.stop_reason,
+                    output=run.output,
+                    error=run.error,
+                    prompt_tokens=run.prompt_tokens,
+                    completion_tokens=run.completion_tokens,
+                    finished_at=run.finished_at,
+                )
             )
-        )
-        await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
-        event = await job.channel.save_final(db, *terminal)
-    if (
-        turn is not None
-        and turn.nodes is not None
-        and (status, stop_reason)
-        == (
-            "completed",
-            "end",
-        )
-    ):
-        assert after is not None
+            await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
+            event = await job.channel.save_final(db, *terminal)
+            if conn is not None:
+                await conn.commit()
+        except BaseException:
+            if hold is not None and conn is not None:
+                hold.broken = True
+            raise
+    if hold is not None and conn is not None:
+        hold.committed = True
+    clean = status == "completed" and stop_reason == "end"
+    if clean and turn is not None and turn.nodes is not None and after is not None:
         manager.memory.put(job.session_pk, turn.rev + (1 if changed else 0), after)
     manager.finished[job.run_id] = run
     if manager.on_finished is not None:

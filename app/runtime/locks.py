@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -61,18 +63,26 @@ class SessionLocks:
             yield
 
     @asynccontextmanager
-    async def running(self, key: str) -> AsyncIterator[None]:
-        """Held for a whole run: waits (FIFO in this process) for earlier runs of the session."""
+    async def running(self, key: str) -> AsyncIterator[RunHold]:
+        """Held for a whole run: waits (FIFO in this process) for earlier runs of the session.
+
+        On PostgreSQL the lock is ``pg_advisory_xact_lock`` in a transaction of its own
+        connection, open for the run: the run's final writes may commit in that transaction
+        (``RunHold.conn``), which stores them and releases the session in one commit. Ending
+        the block otherwise rolls it back (also releasing the session).
+        """
         async with self._hold(self._run, key):
             if not self.postgres:
-                yield
+                yield RunHold()
                 return
             async with self._slots, self.engine.connect() as conn:
-                await conn.execute(sa.select(sa.func.pg_advisory_lock(advisory_key(key))))
+                await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key(key))))
+                hold = RunHold(conn)
                 try:
-                    yield
+                    yield hold
                 finally:
-                    await _unlock(conn, key)
+                    if not hold.committed:
+                        await _release(conn)
 
     def locally_busy(self, key: str) -> bool:
         """True when a run of the session holds the lock in this process."""
@@ -88,6 +98,25 @@ class SessionLocks:
             if got:
                 await _unlock(conn, key)
             return not got
+
+
+@dataclass
+class RunHold:
+    """What holding a session gives a run: on PostgreSQL, the lock's connection."""
+
+    conn: AsyncConnection | None = None
+    committed: bool = False  # the run's final transaction committed (and released the lock)
+    broken: bool = False  # a statement on ``conn`` failed: finish on a pooled connection
+
+
+async def _release(conn: AsyncConnection) -> None:
+    """End the lock's transaction; a connection that fails here is discarded (its session
+    and so its lock end with it)."""
+    try:
+        await conn.rollback()
+    except Exception:
+        with contextlib.suppress(Exception):
+            await conn.invalidate()
 
 
 async def _unlock(conn: AsyncConnection, key: str) -> None:

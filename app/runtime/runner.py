@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,6 +17,8 @@ from app.db.models import Session as SessionRow
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, jsonable, load_message
 from app.runtime.registry import ServableAgent
+
+SESSIONS = cast(sa.Table, SessionRow.__table__)  # Core statements: no ORM bookkeeping
 
 # Chunks in these states are a message still being written; any other state completes one.
 GENERATING = frozenset({AgentStatusCode.STREAM_ING})
@@ -104,9 +106,9 @@ async def save_new_messages(
 async def bump_memory_rev(db: AsyncSession, session_pk: str) -> None:
     """Mark the session's memory changed (in the caller's transaction): cached copies go stale."""
     await db.execute(
-        sa.update(SessionRow)
-        .where(SessionRow.pk == session_pk)
-        .values(memory_rev=SessionRow.memory_rev + 1)
+        sa.update(SESSIONS)
+        .where(SESSIONS.c.pk == session_pk)
+        .values(memory_rev=SESSIONS.c.memory_rev + 1)
     )
 
 

@@ -83,6 +83,7 @@ class RunManager:
         flush_s: float = 0.1,
         cancel_timeout_s: float = 1.0,
     ) -> None:
+        self.engine = engine
         self.sessionmaker = sessionmaker
         self.build_agent = build_agent
         self.locks = SessionLocks(engine)

@@ -12,6 +12,7 @@ from app.db.models import Agent, AgentVersion, Run, Tenant
 from app.db.models import Session as SessionRow
 from app.errors import NotFound, Unavailable
 from app.runtime.budgets import session_figures
+from app.runtime.reads import reading
 from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec
 from app.schemas.sessions import RunCreate
@@ -65,7 +66,7 @@ async def prepare_submission(
     state: AppState, tenant_id: str, session_id: str, body: RunCreate, idempotency_key: str | None
 ) -> Submission:
     """Look up the session and its pinned spec (a short DB session, not held while streaming)."""
-    async with state.sessionmaker() as db:
+    async with reading(state.engine, state.sessionmaker) as db:
         row, agent_name, spec, tenant_limit, tenant_used = await _lookup(db, tenant_id, session_id)
         figures = await session_figures(db, row.pk, spec.budget, tenant_limit, tenant_used)
     figures.preflight()  # 429 budget_exceeded when spent
