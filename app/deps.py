@@ -44,8 +44,8 @@ async def get_principal(
     state: StateDep, authorization: Annotated[str | None, Header()] = None
 ) -> Principal:
     """The caller's tenant (401 without a valid key, unless anonymous access is on)."""
-    async with state.sessionmaker() as db:
-        return await state.auth.authenticate(db, authorization)
+    # Static keys and cached stored keys answer without opening a database session.
+    return await state.auth.authenticate(state.sessionmaker, authorization)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -17,8 +17,10 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.errors import install_error_handlers
 from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
+from app.ops.tenant_usage import TenantUsage
 from app.runtime.registry import default_registry
 from app.runtime.runs import RunManager
+from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
 from app.settings import Settings, get_settings
 from app.state import AppState
@@ -64,7 +66,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sessionmaker=sessionmaker,
         models=ModelRegistry(settings.models),
         registry=default_registry(),
-        auth=Authenticator(settings.api_keys, anonymous),
+        auth=Authenticator(settings.api_keys, anonymous, settings.auth_cache_ttl_s),
+        agents=AgentDirectory(settings.agent_cache_ttl_s),
+        tenant_usage=TenantUsage(
+            sessionmaker, settings.tenant_budget_ttl_s, settings.usage_flush_s
+        ),
     )
     async with sessionmaker() as db, db.begin():
         for tenant in {t for t, _ in settings.api_keys} | (
@@ -91,6 +97,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for closer in extra:
             if closer is not None:
                 await closer()
+        await state.tenant_usage.aclose()  # batched tenant usage, before the engine closes
         await state.runs.aclose(settings.shutdown_grace_s)
         sandbox.cancel()
         with contextlib.suppress(BaseException):

@@ -74,6 +74,11 @@ class Settings(OpsSettings):
     db_pool_size: int = Field(default=20, ge=1)
     db_max_overflow: int = Field(default=20, ge=0)
     db_connect_timeout_s: float = Field(default=5.0, gt=0)
+    # Per-replica caches (0 disables one): how long another replica's change can go unseen here.
+    auth_cache_ttl_s: float = Field(default=5.0, ge=0)  # stored API keys, "no key yet"
+    agent_cache_ttl_s: float = Field(default=2.0, ge=0)  # each tenant's agents by name
+    tenant_budget_ttl_s: float = Field(default=2.0, ge=0)  # "this tenant has no budget"
+    usage_flush_s: float = Field(default=1.0, ge=0)  # unlimited tenants' usage, batched
     models: Annotated[list[ModelConfig], NoDecode] = Field(default_factory=list)
     api_keys: Annotated[list[tuple[str, str]], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"

@@ -8,9 +8,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.models.registry import ModelRegistry
+from app.ops.tenant_usage import TenantUsage
 from app.runtime.registry import BuildContext, Registry, ServableAgent
 from app.runtime.runs import RunManager
 from app.schemas.agents import AgentSpec
+from app.services.agent_directory import AgentDirectory
 from app.services.auth import Authenticator
 from app.settings import Settings
 
@@ -25,6 +27,8 @@ class AppState:
     models: ModelRegistry
     registry: Registry
     auth: Authenticator
+    agents: AgentDirectory  # each tenant's agents by name, cached (chat, /v1/models)
+    tenant_usage: TenantUsage  # tenant budgets of stateless chat, usage batched
     runs: RunManager | None = None
     kernel_pool: Any | None = None
     extras: dict[str, Any] = field(default_factory=dict)

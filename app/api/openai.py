@@ -6,20 +6,18 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Header
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agents.llms.openai_client import APIConnectionError
 from app.api.sse import SSE_RESPONSES
-from app.db.models import Agent
 from app.deps import PrincipalDep, StateDep
 from app.engines.base import EngineError
 from app.errors import AppError, NotFound, Unavailable, upstream_unavailable
 from app.models.encoded import EncodedJSON, encoded
-from app.schemas.agents import AgentSpec
 from app.schemas.openai import ChatCompletionRequest
 from app.services import chat
+from app.services.agent_directory import AgentInfo
 from app.state import AppState
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -36,12 +34,9 @@ def _model_entry(name: str, created: int, kind: str) -> dict[str, Any]:
     }
 
 
-async def _agents(state: AppState, tenant_id: str) -> list[Agent]:
-    async with state.sessionmaker() as db:
-        rows = await db.scalars(
-            sa.select(Agent).where(Agent.tenant_id == tenant_id).order_by(Agent.created_at.desc())
-        )
-        return list(rows)
+async def _agents(state: AppState, tenant_id: str) -> dict[str, AgentInfo]:
+    """The tenant's agents by name, newest first (cached per replica, app.services.agents)."""
+    return await state.agents.agents(state.sessionmaker, tenant_id)
 
 
 @router.get("/models")
@@ -49,7 +44,7 @@ async def list_models(state: StateDep, who: PrincipalDep) -> dict[str, Any]:
     """The tenant's agents and the configured raw models."""
     data = [
         _model_entry(a.name, int(a.created_at.timestamp()), "agent")
-        for a in await _agents(state, who.tenant_id)
+        for a in (await _agents(state, who.tenant_id)).values()
     ]
     data += [_model_entry(name, 0, "model") for name in state.models.names()]
     return {"object": "list", "data": data}
@@ -58,9 +53,9 @@ async def list_models(state: StateDep, who: PrincipalDep) -> dict[str, Any]:
 @router.get("/models/{model_id:path}")
 async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[str, Any]:
     """One agent or raw model."""
-    for agent in await _agents(state, who.tenant_id):
-        if agent.name == model_id:
-            return _model_entry(agent.name, int(agent.created_at.timestamp()), "agent")
+    agent = (await _agents(state, who.tenant_id)).get(model_id)
+    if agent is not None:
+        return _model_entry(agent.name, int(agent.created_at.timestamp()), "agent")
     if model_id in state.models.names():
         return _model_entry(model_id, 0, "model")
     raise NotFound(f"model {model_id!r} not found", param="model", code="model_not_found")
@@ -74,7 +69,7 @@ async def chat_completions(
     x_session_id: Annotated[str | None, Header(alias="X-Session-Id", max_length=128)] = None,
 ) -> Any:
     """An agent (by name) or a raw model answers, streamed or whole."""
-    agent = next((a for a in await _agents(state, who.tenant_id) if a.name == body.model), None)
+    agent = (await _agents(state, who.tenant_id)).get(body.model)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if agent is not None:
         if x_session_id:
@@ -82,11 +77,11 @@ async def chat_completions(
             run, _ = await state.run_manager.submit(sub)
             pieces = chat.run_pieces(state, run.id)
         else:
-            spec = AgentSpec.model_validate(agent.spec)
+            spec = agent.spec
             chat.check_ready(state, spec)
             chat.split_input(body.messages)  # 400 before any byte is streamed
-            await chat.preflight_tenant(state, who.tenant_id)  # and 429 for a spent budget
-            pieces = chat.stateless_pieces(state, spec, agent.name, body, who.tenant_id)
+            budget = await chat.preflight_tenant(state, who.tenant_id)  # 429 for a spent budget
+            pieces = chat.stateless_pieces(state, spec, agent.name, body, who.tenant_id, budget)
         if body.stream:
             return await _sse(chat.chunks(agent.name, pieces, include_usage))
         final = chat.Piece()

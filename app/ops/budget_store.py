@@ -8,8 +8,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.llms.base import Usage
+from app.cache import invalidate_on_commit
 from app.db.models import Run, Tenant
 from app.ops.budget import BudgetSpec, RunBudget
+
+BUDGET_CACHE_KIND = "tenant_budget"  # app.ops.tenant_usage's cache (key: tenant id)
 
 
 async def session_tokens(db: AsyncSession, session_pk: str) -> int:
@@ -81,3 +84,4 @@ async def set_tenant_budget(db: AsyncSession, tenant_id: str, limit: int | None)
     if limit is not None and limit <= 0:
         raise ValueError("a token budget must be a positive number of tokens")
     await db.execute(sa.update(Tenant).where(Tenant.id == tenant_id).values(token_budget=limit))
+    invalidate_on_commit(db, BUDGET_CACHE_KIND, tenant_id)

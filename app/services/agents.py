@@ -6,12 +6,14 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.cache import invalidate_on_commit
 from app.db.base import new_id, utcnow
 from app.db.models import Agent, AgentVersion, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound
 from app.runtime.registry import Registry
 from app.schemas.agents import AgentCreate, AgentPublic, AgentSpec, AgentUpdate
+from app.services.agent_directory import KIND as CACHE_KIND
 from app.services.pages import check_limit, page
 
 
@@ -76,6 +78,7 @@ async def create_agent(
         ) from exc
     db.add(AgentVersion(agent_id=agent.id, version=1, spec=agent.spec, created_at=now))
     await db.flush()
+    invalidate_on_commit(db, CACHE_KIND, tenant_id)  # chat with this name stops meaning a model
     return agent
 
 
@@ -97,6 +100,7 @@ async def update_agent(
     agent.updated_at = utcnow()
     db.add(AgentVersion(agent_id=agent.id, version=agent.version, spec=agent.spec))
     await db.flush()
+    invalidate_on_commit(db, CACHE_KIND, tenant_id)
     return agent
 
 
@@ -116,6 +120,7 @@ async def delete_agent(db: AsyncSession, tenant_id: str, name: str) -> None:
     agent = await get_agent(db, tenant_id, name)
     await db.delete(agent)
     await db.flush()
+    invalidate_on_commit(db, CACHE_KIND, tenant_id)
 
 
 async def list_agents(

@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.cache import TTLCache, invalidate_on_commit
 from app.db.base import new_id
 from app.db.models import ApiKey, Tenant
 from app.errors import Unauthorized
@@ -48,25 +51,46 @@ async def create_key(db: AsyncSession, tenant_id: str) -> str:
     key = generate_key()
     db.add(ApiKey(id=new_id("key"), tenant_id=tenant_id, key_hash=hash_key(key), prefix=key[:8]))
     await db.flush()
+    # Anonymous access ends with the first key: apps in this process (tests run the CLI
+    # in-process) forget "no stored key" now, other processes within their cache TTL.
+    invalidate_on_commit(db, "auth")
     return key
 
 
 class Authenticator:
-    """Resolves a bearer key to a principal."""
+    """Resolves a bearer key to a principal; stored keys are cached for ``ttl_s`` per replica.
 
-    def __init__(self, static_keys: list[tuple[str, str]], allow_anonymous: bool) -> None:
+    A static key (settings) never touches the database; a stored key (CLI) is looked up once per
+    ``ttl_s``, so a key revoked in the database keeps working on a replica for at most that long.
+    Unknown keys are cached too (so a client repeating one does not cost a query each time), in
+    a separate, smaller cache: a flood of random keys evicts only other unknown keys.
+    """
+
+    def __init__(
+        self,
+        static_keys: list[tuple[str, str]],
+        allow_anonymous: bool,
+        ttl_s: float = 5.0,
+        max_keys: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.static = {hash_key(key): tenant for tenant, key in static_keys}
         self.allow_anonymous = allow_anonymous
+        self.keys: TTLCache[str, Principal] = TTLCache("auth", ttl_s, max_keys, clock)
+        self.unknown: TTLCache[str, bool] = TTLCache("auth", ttl_s, 1024, clock)
+        self.stored: TTLCache[str, bool] = TTLCache("auth", ttl_s, 1, clock)
 
     async def any_stored_key(self, db: AsyncSession) -> bool:
         """True once a key was created with the CLI (which ends anonymous access)."""
         found = await db.scalar(sa.select(ApiKey.id).where(ApiKey.revoked_at.is_(None)).limit(1))
         return found is not None
 
-    async def authenticate(self, db: AsyncSession, authorization: str | None) -> Principal:
+    async def authenticate(
+        self, sessions: async_sessionmaker[AsyncSession], authorization: str | None
+    ) -> Principal:
         """The principal for an ``Authorization`` header value, or 401."""
         if not authorization:
-            if self.allow_anonymous and not await self.any_stored_key(db):
+            if self.allow_anonymous and not await self._any_stored_key(sessions):
                 return Principal(ANONYMOUS_TENANT, anonymous=True)
             raise Unauthorized("missing API key: send Authorization: Bearer <key>")
         scheme, _, key = authorization.partition(" ")
@@ -76,9 +100,27 @@ class Authenticator:
         for known, tenant in self.static.items():
             if hmac.compare_digest(known, digest):
                 return Principal(tenant)
-        row = await db.scalar(
-            sa.select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None))
-        )
-        if row is None:
-            raise Unauthorized("invalid API key")
-        return Principal(row.tenant_id)
+        principal = self.keys.get(digest)
+        if principal is not None:
+            return principal
+        if self.unknown.get(digest) is None:
+            async with sessions() as db:
+                row = await db.scalar(
+                    sa.select(ApiKey.tenant_id).where(
+                        ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)
+                    )
+                )
+            if row is not None:
+                principal = Principal(row)
+                self.keys.put(digest, principal)
+                return principal
+            self.unknown.put(digest, True)
+        raise Unauthorized("invalid API key")
+
+    async def _any_stored_key(self, sessions: async_sessionmaker[AsyncSession]) -> bool:
+        found = self.stored.get("any")
+        if found is None:
+            async with sessions() as db:
+                found = await self.any_stored_key(db)
+            self.stored.put("any", found)
+        return found

@@ -11,16 +11,16 @@ from typing import Any
 
 from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
-from app.db.models import Agent
 from app.errors import BadRequest, NotFound, Unavailable
 from app.ops.budget import RunBudget, budget_scope
-from app.ops.budget_store import charge_tenant, preflight, tenant_budget
+from app.ops.budget_store import preflight
 from app.runtime.messages import dump_message
 from app.runtime.runner import stream_turn
 from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec, GenParams
 from app.schemas.openai import ChatCompletionRequest, ChatMessage
 from app.schemas.sessions import SessionCreate
+from app.services.agent_directory import AgentInfo
 from app.services.agents import agent_spec
 from app.services.sessions import create_session, get_session
 from app.state import AppState
@@ -87,8 +87,12 @@ async def stateless_pieces(
     agent_name: str,
     req: ChatCompletionRequest,
     tenant_id: str | None = None,
+    figures: tuple[int | None, int] | None = None,
 ) -> AsyncIterator[Piece]:
-    """Run the agent over the request's messages without storing anything (but its usage)."""
+    """Run the agent over the request's messages without storing anything (but its usage).
+
+    ``figures``: the tenant's (budget, used) from ``preflight_tenant`` (read here if omitted).
+    """
     check_ready(state, spec)
     history, text = split_input(req.messages)
     agent = state.build_agent(spec, agent_name)
@@ -98,7 +102,13 @@ async def stateless_pieces(
     agent.load_state_dict(memory, session_id=key)
     texts = _Texts()
     answer = ""
-    with usage_scope() as usage, budget_scope(await _tenant_budget(state, tenant_id, usage)):
+    if tenant_id is not None and figures is None:
+        figures = await state.tenant_usage.figures(tenant_id)
+    limit, used = figures or (None, 0)
+    with (
+        usage_scope() as usage,
+        budget_scope(RunBudget.build(usage, tenant_limit=limit, tenant_used=used)),
+    ):
         try:
             async for chunk in stream_turn(
                 agent, AgentMessage(sender="user", content=text), key, req.gen_params()
@@ -109,26 +119,21 @@ async def stateless_pieces(
                     answer = content_text(chunk.content)
         finally:
             if tenant_id is not None:  # the tenant's budget counts stateless runs too
-                async with state.sessionmaker() as db, db.begin():
-                    await charge_tenant(db, tenant_id, usage.total_tokens)
+                await state.tenant_usage.charge(
+                    tenant_id, usage.total_tokens, limited=limit is not None
+                )
     yield Piece(final=True, usage=usage, answer=answer)
 
 
-async def _tenant_budget(state: AppState, tenant_id: str | None, usage: Usage) -> RunBudget:
-    if tenant_id is None:
-        return RunBudget(usage=usage)
-    async with state.sessionmaker() as db:
-        limit, used = await tenant_budget(db, tenant_id)
-    return RunBudget.build(usage, tenant_limit=limit, tenant_used=used)
-
-
-async def preflight_tenant(state: AppState, tenant_id: str) -> None:
-    """429 ``budget_exceeded`` before anything streams when the tenant's budget is spent."""
-    (await _tenant_budget(state, tenant_id, Usage())).preflight()
+async def preflight_tenant(state: AppState, tenant_id: str) -> tuple[int | None, int]:
+    """The tenant's (budget, used); 429 ``budget_exceeded`` before anything streams if spent."""
+    limit, used = await state.tenant_usage.figures(tenant_id)
+    RunBudget.build(Usage(), tenant_limit=limit, tenant_used=used).preflight()
+    return limit, used
 
 
 async def session_submission(
-    state: AppState, tenant_id: str, agent: Agent, session_id: str, req: ChatCompletionRequest
+    state: AppState, tenant_id: str, agent: AgentInfo, session_id: str, req: ChatCompletionRequest
 ) -> Submission:
     """A run on the persistent session ``session_id`` (created on first use)."""
     _, text = split_input(req.messages)
