@@ -14,8 +14,9 @@ from app.settings import Settings
 from app.state import AppState
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
     """The process resources."""
+    # async: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop per call.
     state: AppState = request.app.state.agentstation
     return state
 
@@ -23,7 +24,7 @@ def get_state(request: Request) -> AppState:
 StateDep = Annotated[AppState, Depends(get_state)]
 
 
-def get_settings_dep(state: StateDep) -> Settings:
+async def get_settings_dep(state: StateDep) -> Settings:
     """The app's settings."""
     return state.settings
 
@@ -51,7 +52,7 @@ async def get_principal(
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def get_runs(state: StateDep) -> RunManager:
+async def get_runs(state: StateDep) -> RunManager:
     """The run manager."""
     return state.run_manager
 
