@@ -57,6 +57,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         connect_timeout_s=settings.db_connect_timeout_s,
+        ping_idle_s=settings.db_ping_idle_s,
     )
     sessionmaker = create_sessionmaker(engine)
     anonymous = allow_anonymous(settings)

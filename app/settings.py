@@ -74,6 +74,8 @@ class Settings(OpsSettings):
     db_pool_size: int = Field(default=20, ge=1)
     db_max_overflow: int = Field(default=20, ge=0)
     db_connect_timeout_s: float = Field(default=5.0, gt=0)
+    # A pooled connection idle this long is pinged before use (0: every use, pool_pre_ping).
+    db_ping_idle_s: float = Field(default=1.0, ge=0)
     # Per-replica caches (0 disables one): how long another replica's change can go unseen here.
     auth_cache_ttl_s: float = Field(default=5.0, ge=0)  # stored API keys, "no key yet"
     agent_cache_ttl_s: float = Field(default=2.0, ge=0)  # each tenant's agents by name

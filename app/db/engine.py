@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.ext.asyncio import AsyncSession as DbSession
 
@@ -17,25 +19,66 @@ def create_engine(
     pool_size: int = 20,
     max_overflow: int = 20,
     connect_timeout_s: float = 5.0,
+    ping_idle_s: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
     **kwargs: Any,
 ) -> AsyncEngine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and enforced foreign keys.
 
     PostgreSQL gets a pool of ``pool_size`` + ``max_overflow`` connections (each running run
     pins one for its session lock, see app/runtime/locks.py) and asyncpg's connect timeout, so
-    an unreachable host fails fast (503) instead of after asyncpg's 60 s.
+    an unreachable host fails fast (503) instead of after asyncpg's 60 s. A pooled connection
+    the server closed is replaced before use, and one idle for ``ping_idle_s`` or longer is
+    pinged first (one round trip; ``0``: before every use, SQLAlchemy's ``pool_pre_ping``), so
+    a database restart does not fail the requests that follow it.
     """
     if url.startswith("sqlite"):
         kwargs.setdefault("connect_args", {"timeout": 30})
     else:
-        kwargs.setdefault("pool_pre_ping", True)
+        kwargs.setdefault("pool_pre_ping", ping_idle_s <= 0)
         kwargs.setdefault("pool_size", pool_size)
         kwargs.setdefault("max_overflow", max_overflow)
         kwargs["connect_args"] = {"timeout": connect_timeout_s, **kwargs.get("connect_args", {})}
     engine = create_async_engine(url, **kwargs)
     if url.startswith("sqlite"):
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    elif not kwargs["pool_pre_ping"]:
+        _ping_when_idle(engine, ping_idle_s, clock)
     return engine
+
+
+def _ping_when_idle(engine: AsyncEngine, idle_s: float, clock: Callable[[], float]) -> None:
+    """Ping only connections idle for ``idle_s``: ``pool_pre_ping`` cost a round trip per use.
+
+    A connection the server closed (a restart, ``pg_terminate_backend``) is already known closed
+    to asyncpg, which reads every socket: it is replaced without a round trip. A connection back
+    in the pool moments ago is almost surely alive otherwise, and a busy server reuses them
+    within milliseconds. What remains: a connection lost silently (no FIN) within the last
+    ``idle_s`` fails its request with 503 ``database_unavailable``, and the pool is renewed.
+    """
+    dialect = engine.dialect
+
+    def on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["checked_in_at"] = clock()
+
+    def on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        driver = getattr(dbapi_conn, "driver_connection", None)
+        if driver is not None and driver.is_closed():
+            raise exc.InvalidatePoolError()  # the pool reconnects and renews its older ones
+        last = record.info.get("checked_in_at")
+        if last is None or clock() - last < idle_s:
+            return  # a new connection, or one used moments ago
+        try:
+            alive = dialect.do_ping(dbapi_conn)
+        except dialect.loaded_dbapi.Error as err:
+            if not dialect.is_disconnect(err, dbapi_conn, None):
+                raise
+            alive = False
+        if not alive:
+            raise exc.InvalidatePoolError()
+
+    event.listen(engine.sync_engine.pool, "checkin", on_checkin)
+    event.listen(engine.sync_engine.pool, "checkout", on_checkout)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
