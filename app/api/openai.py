@@ -87,7 +87,10 @@ async def chat_completions(
         final = chat.Piece()
         async for piece in pieces:
             final = piece if piece.final else final
-        return chat.completion(agent.name, final.answer, final.usage, final.finish_reason)
+        # A JSONResponse: FastAPI would first walk the plain dict with jsonable_encoder.
+        return JSONResponse(
+            chat.completion(agent.name, final.answer, final.usage, final.finish_reason)
+        )
     handle = state.models.get(body.model)
     if handle is None:
         raise NotFound(f"model {body.model!r} not found", param="model", code="model_not_found")
