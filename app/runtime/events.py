@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -19,6 +19,7 @@ from app.runtime.writes import WriteGate
 
 log = logging.getLogger(__name__)
 
+EVENTS = cast(sa.Table, RunEvent.__table__)  # Core inserts: no ORM bookkeeping, no RETURNING
 TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled", "error"})
 
 
@@ -133,7 +134,7 @@ class RunChannel:
             batch, self._unsaved = self._unsaved, []
             try:
                 async with self._gate(), self._sessionmaker() as db, db.begin():
-                    await db.execute(sa.insert(RunEvent), self._rows(batch))
+                    await db.execute(sa.insert(EVENTS), self._rows(batch))
             except BaseException:
                 self._unsaved = batch + self._unsaved
                 raise
@@ -157,7 +158,7 @@ class RunChannel:
         terminal event is published by ``published`` once that transaction has committed.
         Call after ``stop_flushing`` (nothing else appends events then)."""
         event = Event(len(self.events) + 1, type_, data)
-        await db.execute(sa.insert(RunEvent), self._rows([*self._unsaved, event]))
+        await db.execute(sa.insert(EVENTS), self._rows([*self._unsaved, event]))
         return event
 
     async def published(self, event: Event) -> None:

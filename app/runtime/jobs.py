@@ -269,6 +269,7 @@ async def _finish(
         if conn is not None:
             # Joins the lock's transaction; committed below on the connection itself.
             db = AsyncSession(bind=conn, join_transaction_mode="rollback_only")
+            stack.push_async_callback(db.close)  # leaves the lock's transaction alone
         else:
             await stack.enter_async_context(manager.writes.hold())
             db = await stack.enter_async_context(manager.sessionmaker())

@@ -26,12 +26,19 @@ class CachedMemory:
     rev: int
     lists: Lists
 
+    def count(self) -> int:
+        """Messages held."""
+        return sum(len(v) for v in self.lists.values())
+
 
 class MemoryCache:
-    """A bounded LRU of session memories keyed by session pk."""
+    """An LRU of session memories keyed by session pk, bounded in sessions and in messages
+    (a session with more messages than the whole bound is not kept)."""
 
-    def __init__(self, size: int = 512) -> None:
+    def __init__(self, size: int = 512, max_messages: int = 100_000) -> None:
         self.size = size
+        self.max_messages = max_messages
+        self.messages = 0  # held now, over all entries
         self._entries: OrderedDict[str, CachedMemory] = OrderedDict()
 
     def get(self, session_pk: str, rev: int) -> Lists | None:
@@ -40,23 +47,29 @@ class MemoryCache:
         if entry is None:
             return None
         if entry.rev != rev:
-            del self._entries[session_pk]
+            self.drop(session_pk)
             return None
         self._entries.move_to_end(session_pk)
         return entry.lists
 
     def put(self, session_pk: str, rev: int, lists: Lists) -> None:
         """Remember ``lists`` (copied) as revision ``rev``; evicts the least recently used."""
-        if self.size <= 0:
+        self.drop(session_pk)
+        entry = CachedMemory(rev, {k: list(v) for k, v in lists.items()})
+        count = entry.count()
+        if self.size <= 0 or count > self.max_messages:
             return
-        self._entries[session_pk] = CachedMemory(rev, {k: list(v) for k, v in lists.items()})
-        self._entries.move_to_end(session_pk)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        self._entries[session_pk] = entry
+        self.messages += count
+        while len(self._entries) > self.size or self.messages > self.max_messages:
+            _, evicted = self._entries.popitem(last=False)
+            self.messages -= evicted.count()
 
     def drop(self, session_pk: str) -> None:
         """Forget a session (its turn did not end cleanly, or its memory was replaced)."""
-        self._entries.pop(session_pk, None)
+        entry = self._entries.pop(session_pk, None)
+        if entry is not None:
+            self.messages -= entry.count()
 
     def __len__(self) -> int:
         return len(self._entries)

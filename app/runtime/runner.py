@@ -19,6 +19,7 @@ from app.runtime.messages import dump_message, jsonable, load_message
 from app.runtime.registry import ServableAgent
 
 SESSIONS = cast(sa.Table, SessionRow.__table__)  # Core statements: no ORM bookkeeping
+MESSAGES = cast(sa.Table, Message.__table__)
 
 # Chunks in these states are a message still being written; any other state completes one.
 GENERATING = frozenset({AgentStatusCode.STREAM_ING})
@@ -97,7 +98,7 @@ async def save_new_messages(
             sa.delete(Message).where(Message.session_pk == session_pk, Message.key.in_(rewrite))
         )
     if rows:
-        await db.execute(sa.insert(Message), rows)
+        await db.execute(sa.insert(MESSAGES), rows)
     if rows or rewrite:
         await bump_memory_rev(db, session_pk)
     return bool(rows or rewrite)

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -30,6 +30,7 @@ from app.schemas.agents import AgentSpec
 from app.schemas.sessions import TERMINAL, RunPublic
 
 log = logging.getLogger(__name__)
+RUNS = cast(sa.Table, Run.__table__)
 ACTIVE = ("queued", "running")
 KEEP_CHANNEL_S = 30.0  # finished runs are served from memory a little longer, then from the DB
 
@@ -70,6 +71,10 @@ def run_public(run: Run) -> dict[str, Any]:
         started_at=run.started_at,
         finished_at=run.finished_at,
     ).model_dump(mode="json")
+
+
+def _columns(run: Run) -> dict[str, Any]:
+    return {column.key: getattr(run, column.key) for column in Run.__mapper__.column_attrs}
 
 
 class RunManager:
@@ -133,7 +138,8 @@ class RunManager:
                     # An idle session's run is ``running`` from the start (no second write);
                     # behind another run it is ``queued`` until that one ends.
                     run = self._new_run(sub, running=not active)
-                    db.add(run)
+                    # A Core insert: the Run object stays in memory as the run's state.
+                    await db.execute(sa.insert(RUNS).values(_columns(run)))
             except IntegrityError:  # a concurrent retry with the same Idempotency-Key won
                 async with self.sessionmaker() as db:
                     found = await self._by_key(db, sub)
