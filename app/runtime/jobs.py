@@ -30,7 +30,14 @@ from app.runtime.locks import RunHold
 from app.runtime.memory_cache import current, memory_nodes, plain_memories
 from app.runtime.messages import dump_message, load_message
 from app.runtime.reads import reading
-from app.runtime.runner import TurnResult, load_state, merge_state, run_turn, save_new_messages
+from app.runtime.runner import (
+    TurnResult,
+    load_state,
+    memory_rev_bump,
+    merge_state,
+    run_turn,
+    save_new_messages,
+)
 from app.schemas.agents import AgentSpec
 
 if TYPE_CHECKING:
@@ -277,9 +284,9 @@ async def _finish(
         try:
             if turn is not None and after is not None:
                 changed = await save_new_messages(
-                    db, job.session_pk, job.run_id, turn.before, after
+                    db, job.session_pk, job.run_id, turn.before, after, bump=conn is None
                 )
-            await db.execute(
+            final = (
                 sa.update(RUNS)
                 .where(RUNS.c.id == job.run_id)
                 .values(
@@ -292,6 +299,10 @@ async def _finish(
                     finished_at=run.finished_at,
                 )
             )
+            if changed and conn is not None:
+                # PostgreSQL: the memory_rev bump rides in the same statement (a CTE).
+                final = final.add_cte(memory_rev_bump(job.session_pk).cte("bump"))
+            await db.execute(final)
             await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
             event = await job.channel.save_final(db, *terminal)
             if conn is not None:

@@ -89,9 +89,10 @@ async def save_new_messages(
     run_id: str | None,
     before: dict[str, int],
     after: dict[str, Any],
+    bump: bool = True,
 ) -> bool:
     """Append the new entries of ``after`` in the caller's transaction (one executemany, and a
-    ``memory_rev`` bump); returns whether anything changed."""
+    ``memory_rev`` bump unless the caller makes it); returns whether anything changed."""
     rows, rewrite = new_rows(session_pk, run_id, before, after)
     if rewrite:
         await db.execute(
@@ -99,18 +100,23 @@ async def save_new_messages(
         )
     if rows:
         await db.execute(sa.insert(MESSAGES), rows)
-    if rows or rewrite:
+    if bump and (rows or rewrite):
         await bump_memory_rev(db, session_pk)
     return bool(rows or rewrite)
 
 
-async def bump_memory_rev(db: AsyncSession, session_pk: str) -> None:
-    """Mark the session's memory changed (in the caller's transaction): cached copies go stale."""
-    await db.execute(
+def memory_rev_bump(session_pk: str) -> sa.Update:
+    """The statement marking the session's memory changed: cached copies go stale."""
+    return (
         sa.update(SESSIONS)
         .where(SESSIONS.c.pk == session_pk)
         .values(memory_rev=SESSIONS.c.memory_rev + 1)
     )
+
+
+async def bump_memory_rev(db: AsyncSession, session_pk: str) -> None:
+    """Mark the session's memory changed in the caller's transaction."""
+    await db.execute(memory_rev_bump(session_pk))
 
 
 @dataclass
