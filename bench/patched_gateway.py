@@ -4,7 +4,7 @@
 this process only, the fixes listed in bench/README.md (hot spots), so their effect can be
 measured before anyone edits app/: ``BENCH_GATEWAY_PATCHED=1 python -m bench gateway proxy``.
 Each patch is named in ``BENCH_GATEWAY_PATCHED`` (comma list, or 1 for all): ``auth``,
-``agents``, ``pool``, ``aiohttp``.
+``agents``, ``pool``. (The ``aiohttp`` patch became real: app/models/openai_backend.py.)
 """
 
 from __future__ import annotations
@@ -73,33 +73,7 @@ def patch_pool() -> None:
     app.main.create_engine = create_engine  # type: ignore[attr-defined]
 
 
-def patch_aiohttp() -> None:
-    """The openai backend's raw path over one aiohttp session, passing upstream JSON through."""
-    import aiohttp
-
-    from app.engines.base import EngineError
-    from app.models.openai_backend import OpenAIRawBackend
-
-    async def complete(self: Any, request: dict[str, Any]) -> dict[str, Any]:
-        session = getattr(self, "_aio", None)
-        if session is None:
-            headers = dict(self.client.headers)
-            connector = aiohttp.TCPConnector(limit=0)
-            session = self._aio = aiohttp.ClientSession(headers=headers, connector=connector)
-        url = f"{self.client.base_url}/chat/completions"
-        try:
-            async with session.post(url, json=self._body(request)) as resp:
-                if resp.status >= 400:
-                    raise EngineError(f"upstream error {resp.status}: {(await resp.text())[:500]}")
-                data: dict[str, Any] = await resp.json()
-                return data
-        except aiohttp.ClientError as exc:
-            raise EngineError(f"upstream model unreachable: {exc}") from exc
-
-    OpenAIRawBackend.complete = complete  # type: ignore[method-assign]
-
-
-PATCHES = {"auth": patch_auth, "agents": patch_agents, "pool": patch_pool, "aiohttp": patch_aiohttp}
+PATCHES = {"auth": patch_auth, "agents": patch_agents, "pool": patch_pool}
 
 
 def main() -> int:
