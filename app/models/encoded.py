@@ -57,7 +57,9 @@ class ChunkEncoder:
         raw = b"".join(
             (self._head, b"%d" % index, b',"delta":{"content":', _escape(text).encode(), self._tail)
         )
-        return EncodedJSON({**self.base, "choices": [choice]}, raw)
+        chunk = EncodedJSON(self.base, raw)  # one copy of base; "choices" after it, as in raw
+        chunk["choices"] = [choice]
+        return chunk
 
     def chunk(self, obj: dict[str, Any]) -> EncodedJSON:
         """Any other chunk (role, finish, usage), encoded whole."""
