@@ -63,15 +63,19 @@ async def test_a_connection_reused_at_once_is_not_pinged(
     assert pings == [0]
 
 
-async def test_a_connection_that_died_while_idle_is_replaced_before_use(
+async def test_an_idle_connection_is_pinged_once_and_replaced_if_the_ping_fails(
     pinged: tuple[AsyncEngine, Clock, list[int]],
 ) -> None:
     engine, clock, pings = pinged
     first = await backend_pid(engine)
-    await terminate(first)
     clock.now += 30
-    assert await backend_pid(engine) != first  # the request succeeds on a new connection
+    assert await backend_pid(engine) == first  # alive: pinged, then used
     assert pings == [1]
+    clock.now += 30
+    ping = engine.dialect.do_ping
+    engine.dialect.do_ping = lambda conn: bool(ping(conn)) and False  # type: ignore[method-assign]
+    assert await backend_pid(engine) != first  # "dead" (lost silently): a new connection
+    assert pings == [2]
 
 
 async def test_a_connection_the_server_closed_is_replaced_without_a_round_trip(
