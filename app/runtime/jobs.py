@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -75,6 +75,8 @@ class Job:
     queued: bool = False  # stored as ``queued``: marks itself running when it starts
     rev: int | None = None  # the session's memory_rev read at admission (None: read at start)
     budget: BudgetFigures | None = None  # read at submission (None: read at start)
+    charge_later: Callable[[str, int], Awaitable[None]] | None = None  # see Submission
+    tenant_limited: bool = True  # known at start: False when the tenant has no budget
     task: asyncio.Task[None] | None = None
     cancel_mode: str | None = None
     started: bool = False  # holds the session (queued until then; for the queue-depth gauge)
@@ -188,6 +190,7 @@ async def _begin(manager: RunManager, job: Job, usage: Callable[[], Usage]) -> T
                 if figures is None:
                     figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
     assert figures is not None
+    job.tenant_limited = figures.tenant_limit is not None
     budget = figures.budget(usage)
     if memories is not None and nodes is not None:
         if cached is None or set(cached) != set(memories):
@@ -272,6 +275,9 @@ async def _finish(
     changed = False
     await job.channel.stop_flushing()
     conn = hold.conn if hold is not None else None
+    # A tenant with a budget is charged in this transaction (every replica enforces it from
+    # the stored counter); one without gets its tokens counted in memory and batched.
+    later = job.charge_later if not job.tenant_limited else None
     async with contextlib.AsyncExitStack() as stack:
         if conn is not None:
             # Joins the lock's transaction; committed below on the connection itself.
@@ -303,7 +309,8 @@ async def _finish(
                 # PostgreSQL: the memory_rev bump rides in the same statement (a CTE).
                 final = final.add_cte(memory_rev_bump(job.session_pk).cte("bump"))
             await db.execute(final)
-            await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
+            if later is None:
+                await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
             event = await job.channel.save_final(db, *terminal)
             if conn is not None:
                 await conn.commit()
@@ -316,6 +323,11 @@ async def _finish(
     clean = status == "completed" and stop_reason == "end"
     if clean and turn is not None and turn.nodes is not None and after is not None:
         manager.memory.put(job.session_pk, turn.rev + (1 if changed else 0), after)
+    if later is not None:
+        try:
+            await later(job.tenant_id, result.usage.total_tokens)
+        except Exception:  # the run is stored: a lost count must not turn it into a failure
+            log.exception("counting run %s's tokens for its tenant failed", job.run_id)
     manager.finished[job.run_id] = run
     if manager.on_finished is not None:
         manager.on_finished(run)

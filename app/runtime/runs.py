@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -49,6 +49,9 @@ class Submission:
     options: dict[str, Any] | None = None
     idempotency_key: str | None = None
     budget: BudgetFigures | None = None  # read with the session (None: read when the run starts)
+    # Counts the tokens of a tenant without a budget later, batched (the tenant's counter then
+    # lags a little); None: every run's tokens are charged in its final transaction.
+    charge_later: Callable[[str, int], Awaitable[None]] | None = None
 
 
 def run_public(run: Run) -> dict[str, Any]:
@@ -202,6 +205,7 @@ class RunManager:
             queued=run.status == "queued",
             rev=rev,
             budget=sub.budget if rev is not None else None,
+            charge_later=sub.charge_later,
         )
         self.jobs[run.id] = job
         self.channels[run.id] = channel

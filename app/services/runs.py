@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -68,6 +69,8 @@ async def prepare_submission(
     """Look up the session and its pinned spec (a short DB session, not held while streaming)."""
     async with reading(state.engine, state.sessionmaker) as db:
         row, agent_name, spec, tenant_limit, tenant_used = await _lookup(db, tenant_id, session_id)
+        if tenant_limit is not None:  # tokens this replica counted while it looked unlimited
+            tenant_used += state.tenant_usage.pending.get(tenant_id, 0)
         figures = await session_figures(db, row.pk, spec.budget, tenant_limit, tenant_used)
     figures.preflight()  # 429 budget_exceeded when spent
     if spec.model is not None:
@@ -90,6 +93,7 @@ async def prepare_submission(
         },
         idempotency_key=idempotency_key,
         budget=figures,
+        charge_later=partial(state.tenant_usage.charge, limited=False),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.migrate import upgrade
 from app.main import create_app
+from app.ops.budget_store import set_tenant_budget, tenant_budget
+from app.settings import Settings
 from tests.app.conftest import (
     KEY_A,
     PG_URL,
@@ -30,7 +32,7 @@ from tests.app.conftest import (
 
 # A turn of an idle session, answered as JSON (statements / transactions), after this change;
 # before it: 18 statements in 8 (SQLite) or 9 (PostgreSQL) transactions.
-TURN_COST = {"sqlite": (8, 3), "postgresql": (9, 3)}
+TURN_COST = {"sqlite": (7, 3), "postgresql": (8, 3)}
 
 
 @dataclass
@@ -91,9 +93,23 @@ async def settle(app: FastAPI) -> None:
     raise AssertionError("a run never finished")
 
 
-async def test_a_turn_costs_few_statements_and_transactions(
-    app: FastAPI, client: httpx.AsyncClient
-) -> None:
+@pytest.fixture
+async def quiet_app(settings_factory: Callable[..., Settings]) -> AsyncIterator[FastAPI]:
+    """An app whose batched tenant usage is not flushed while a test counts statements."""
+    application = create_app(settings_factory(usage_flush_s=3600))
+    async with LifespanManager(application):
+        yield application
+
+
+async def test_a_turn_costs_few_statements_and_transactions(quiet_app: FastAPI) -> None:
+    app = quiet_app
+    transport = httpx.ASGITransport(app=app)
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
+        await _count_a_turn(app, c)
+
+
+async def _count_a_turn(app: FastAPI, client: httpx.AsyncClient) -> None:
     await make_agent(client)
     sid = await make_session(client)
     await turn(client, sid, "warm up")  # the memory of the session is now kept in process
@@ -223,3 +239,30 @@ async def test_a_write_on_another_replica_invalidates_the_kept_memory(
     await turn(one, sid, "d")
     users = [m["content"] for m in await memory(two, sid) if m["sender"] == "user"]
     assert users == ["z", "d"]
+
+
+async def tokens_used(app: FastAPI, tenant: str) -> int:
+    state = app.state.agentstation
+    async with state.sessionmaker() as db:
+        return (await tenant_budget(db, tenant))[1]
+
+
+async def test_tenant_usage_is_batched_without_a_budget_and_stored_with_one(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    await make_agent(client)
+    sid = await make_session(client)
+    state = app.state.agentstation
+    await state.tenant_usage.flush()
+    before = await tokens_used(app, "a")
+    spent = (await turn(client, sid))["run"]["usage"]["total_tokens"]
+    await settle(app)
+    assert spent > 0
+    await state.tenant_usage.flush()  # the batched count of an unlimited tenant is written
+    assert await tokens_used(app, "a") == before + spent
+    async with state.sessionmaker() as db, db.begin():
+        await set_tenant_budget(db, "a", 1_000_000)
+    more = (await turn(client, sid))["run"]["usage"]["total_tokens"]
+    # With a budget, the run's own final transaction charged it: nothing waits in memory.
+    assert state.tenant_usage.pending.get("a", 0) == 0
+    assert await tokens_used(app, "a") == before + spent + more
