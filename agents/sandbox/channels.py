@@ -63,15 +63,19 @@ class KernelChannels:
         self.client._iopub_channel = None
         self.client.iopub_channel.start()
         self._watch_iopub()
-        # PUB/SUB drops what is sent before the subscription lands: wait for proof it did.
-        deadline = time.monotonic() + 2
+        await self._until_iopub_live(time.monotonic() + 2)
+        await self.drain_shell()
+        await self.drain_iopub(0.02)
+
+    async def _until_iopub_live(self, deadline: float) -> bool:
+        """PUB/SUB drops what is sent before the subscription lands: wait for proof it did
+        (a request's status message arriving on IOPub)."""
         while time.monotonic() < deadline:
             self.client.kernel_info()
             with contextlib.suppress(Exception):
                 await self.client.get_iopub_msg(timeout=0.1)
-                break
-        await self.drain_shell()
-        await self.drain_iopub(0.02)
+                return True
+        return False
 
     async def wait_ready(self, alive: Callable[[], bool], timeout_s: float) -> None:
         """Until the kernel answers ``kernel_info``; raises if it exits or stays silent."""
@@ -84,6 +88,10 @@ class KernelChannels:
             with contextlib.suppress(Exception):
                 reply = await self.client.get_shell_msg(timeout=0.25)
                 if reply["msg_type"] == "kernel_info_reply":
+                    # The shell answering says nothing of IOPub: without this the first
+                    # cell's output and idle status could be lost (slow joiner).
+                    if not await self._until_iopub_live(deadline):
+                        break
                     await self.drain_shell()
                     await self.drain_iopub(0.05)
                     return
