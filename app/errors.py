@@ -129,6 +129,22 @@ class DatabaseUnavailable(Unavailable):
         super().__init__("the database is unavailable; retry shortly", headers={"retry-after": "1"})
 
 
+def unstorable_text(exc: BaseException) -> bool:
+    """True when PostgreSQL refused a string of the request (NUL bytes: text and jsonb can't
+    hold them); SQLite stores them, so only the PostgreSQL driver's errors match."""
+    import asyncpg.exceptions as pg
+
+    refused = (pg.CharacterNotInRepertoireError, pg.UntranslatableCharacterError)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, refused):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def database_unavailable(exc: BaseException) -> bool:
     """True when ``exc`` (or what caused it) says the database is unreachable, not the query bad."""
     import asyncpg.exceptions as pg  # the PostgreSQL driver; SQLite errors never match these
@@ -251,6 +267,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(upstream_unavailable(exc))
 
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        if unstorable_text(exc):
+            return error_response(
+                BadRequest(
+                    "the request holds text the database cannot store (a NUL character,"
+                    " \\u0000); remove it",
+                    code="invalid_value",
+                )
+            )
         if database_unavailable(exc):
             log.warning("database unavailable: %s: %s", type(exc).__name__, exc)
             return error_response(DatabaseUnavailable())

@@ -149,3 +149,18 @@ async def test_auth_is_required(client: httpx.AsyncClient) -> None:
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
     basic = await client.get("/v1/agents", headers={"Authorization": "Basic abc"})
     assert basic.status_code == 401
+
+
+async def test_nul_in_text_is_a_4xx_not_a_500(client: httpx.AsyncClient) -> None:
+    # PostgreSQL's text and jsonb cannot hold U+0000 (found by the fuzz test); SQLite can.
+    resp = await client.post(
+        "/v1/agents", json={"name": "nul", "description": "a\u0000b", "spec": {"model": "echo"}}
+    )
+    if resp.status_code == 201:
+        assert resp.json()["description"] == "a\u0000b"  # stored whole (SQLite)
+    else:
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["code"] == "invalid_value"
+        assert "NUL" in resp.json()["error"]["message"]
+        assert (await client.get("/v1/agents/nul")).status_code == 404  # nothing half-written
+    assert (await client.get("/v1/agents")).status_code == 200  # and the service goes on
