@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy.exc
@@ -135,14 +135,17 @@ def unstorable_text(exc: BaseException) -> bool:
     import asyncpg.exceptions as pg
 
     refused = (pg.CharacterNotInRepertoireError, pg.UntranslatableCharacterError)
+    return any(isinstance(e, refused) for e in _causes(exc))
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it, outermost first (cycles stop the walk)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, refused):
-            return True
+        yield current
         current = current.__cause__ or current.__context__
-    return False
 
 
 def database_unavailable(exc: BaseException) -> bool:
@@ -157,17 +160,13 @@ def database_unavailable(exc: BaseException) -> bool:
         sqlalchemy.exc.DisconnectionError,
         sqlalchemy.exc.TimeoutError,  # no pooled connection free in time
     )
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _causes(exc):
         if isinstance(current, lost):
             return True
         if isinstance(current, OSError) and _raised_by_database(current):
             return True  # refused, reset, timed out while connecting or talking to it
         if isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated:
             return True
-        current = current.__cause__ or current.__context__
     return False
 
 

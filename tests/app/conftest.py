@@ -128,6 +128,30 @@ async def client_b(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+@pytest.fixture
+async def replicas() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """Two apps (replicas) on one fresh PostgreSQL database, a client for each."""
+    if not PG_URL:
+        pytest.fail("AGENTSTATION_TEST_DATABASE_URL is not set (deselect with -m 'not postgres')")
+    url = await _fresh_pg_database()
+    await asyncio.to_thread(upgrade, url)
+    one, two = create_app(make_settings(url)), create_app(make_settings(url))
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    try:
+        async with LifespanManager(one), LifespanManager(two):
+            async with (
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=one), base_url="http://1", headers=headers
+                ) as c1,
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=two), base_url="http://2", headers=headers
+                ) as c2,
+            ):
+                yield c1, c2
+    finally:
+        await _drop_pg_database(url)
+
+
 async def make_agent(
     client: httpx.AsyncClient, name: str = "helper", model: str = "echo", **spec: Any
 ) -> dict[str, Any]:

@@ -4,49 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from app.db.migrate import upgrade
-from app.main import create_app
 from tests.app.conftest import (
-    KEY_A,
-    PG_URL,
-    _drop_pg_database,
-    _fresh_pg_database,
     make_agent,
     make_session,
-    make_settings,
     parse_sse,
 )
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-async def replicas() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    if not PG_URL:
-        pytest.fail("AGENTSTATION_TEST_DATABASE_URL is not set (deselect with -m 'not postgres')")
-    url = await _fresh_pg_database()
-    await asyncio.to_thread(upgrade, url)
-    one, two = create_app(make_settings(url)), create_app(make_settings(url))
-    headers = {"Authorization": f"Bearer {KEY_A}"}
-    try:
-        async with LifespanManager(one), LifespanManager(two):
-            async with (
-                httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=one), base_url="http://1", headers=headers
-                ) as c1,
-                httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=two), base_url="http://2", headers=headers
-                ) as c2,
-            ):
-                yield c1, c2
-    finally:
-        await _drop_pg_database(url)
 
 
 async def _running(client: httpx.AsyncClient, sid: str) -> str:

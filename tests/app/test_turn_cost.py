@@ -15,18 +15,13 @@ from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.migrate import upgrade
 from app.main import create_app
 from app.ops.budget_store import set_tenant_budget, tenant_budget
 from app.settings import Settings
 from tests.app.conftest import (
     KEY_A,
-    PG_URL,
-    _drop_pg_database,
-    _fresh_pg_database,
     make_agent,
     make_session,
-    make_settings,
     parse_sse,
 )
 
@@ -199,34 +194,11 @@ async def test_concurrent_turns_on_many_sessions_all_complete(client: httpx.Asyn
         assert users == [f"to {sid}"] * 2
 
 
-@pytest.fixture
-async def two_replicas() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    if not PG_URL:
-        pytest.fail("AGENTSTATION_TEST_DATABASE_URL is not set (deselect with -m 'not postgres')")
-    url = await _fresh_pg_database()
-    await asyncio.to_thread(upgrade, url)
-    one, two = create_app(make_settings(url)), create_app(make_settings(url))
-    headers = {"Authorization": f"Bearer {KEY_A}"}
-    try:
-        async with LifespanManager(one), LifespanManager(two):
-            async with (
-                httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=one), base_url="http://1", headers=headers
-                ) as c1,
-                httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=two), base_url="http://2", headers=headers
-                ) as c2,
-            ):
-                yield c1, c2
-    finally:
-        await _drop_pg_database(url)
-
-
 @pytest.mark.postgres
 async def test_a_write_on_another_replica_invalidates_the_kept_memory(
-    two_replicas: tuple[httpx.AsyncClient, httpx.AsyncClient],
+    replicas: tuple[httpx.AsyncClient, httpx.AsyncClient],
 ) -> None:
-    one, two = two_replicas
+    one, two = replicas
     await make_agent(one)
     sid = await make_session(one)
     await turn(one, sid, "a")  # replica one keeps the memory [a, reply]
