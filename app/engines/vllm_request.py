@@ -54,7 +54,7 @@ async def build_plan_parts(
             status=400,
             code="context_length_exceeded",
         )
-    defaults = llm.model_config.get_diff_sampling_param()
+    defaults = backend.sampling_defaults(llm)
     sampling = req.to_sampling_params(wanted or room, defaults)
     sampling.output_kind = RequestOutputKind.DELTA  # a whole answer is the collected stream
     return prompt, sampling, req, mode, function_name
