@@ -22,11 +22,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench import plots
 from bench.common import (
     RESULTS_DIR,
     BenchOptions,
@@ -201,6 +203,15 @@ def run(opts: BenchOptions) -> BenchResult:
             ),
         )
     ]  # fmt: skip
+    if not opts.quick:
+        xs = [float(r["concurrency"]) for r in result.rows]
+        series: dict[str, tuple[Sequence[float], Sequence[float]]] = {
+            name: (xs, [r[f"{name}_tok_s"] for r in result.rows]) for name in ("vllm", "gateway")
+        }
+        result.plots.append(
+            plots.lines("engine-tok-s", series, "Output tokens/s: gateway vs vLLM's own server",
+                        "concurrent streams", "output tokens/s", logx=True)
+        )  # fmt: skip
     result.notes.append(
         f"Greedy answers of at most {MAX_TOKENS} tokens, streamed; {per_worker} requests "
         f"per worker; best of {rounds} alternating rounds; TTFT = first content chunk."
