@@ -161,6 +161,13 @@ class RunChannel:
         await db.execute(sa.insert(EVENTS), self._rows([*self._unsaved, event]))
         return event
 
+    def final_rows(self, type_: str, data: dict[str, Any]) -> tuple[Event, list[dict[str, Any]]]:
+        """The terminal event and, as ``seq``/``type``/``data`` dicts, every unsaved event with
+        it, for the caller to store (like ``save_final``; then call ``published``)."""
+        event = Event(len(self.events) + 1, type_, data)
+        rows = [{"seq": e.seq, "type": e.type, "data": e.data} for e in [*self._unsaved, event]]
+        return event, rows
+
     async def published(self, event: Event) -> None:
         """The transaction of ``save_final`` committed: show ``event`` to followers."""
         self._unsaved = []

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.llms.base import Usage
 from agents.memory import load_message as load_memory_message
 from agents.schema import AgentMessage
+from app.db import raw
 from app.db.base import utcnow
 from app.db.models import Run
 from app.db.models import Session as SessionRow
@@ -24,8 +23,9 @@ from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, RunBudget, budget_scope
 from app.ops.budget_store import charge_tenant
 from app.ops.logging import run_id_var
+from app.runtime import pgturn
 from app.runtime.budgets import BudgetFigures, read_figures
-from app.runtime.events import RunChannel
+from app.runtime.events import Event, RunChannel
 from app.runtime.locks import RunHold
 from app.runtime.memory_cache import current, memory_nodes, plain_memories
 from app.runtime.messages import dump_message, load_message
@@ -33,8 +33,8 @@ from app.runtime.reads import reading
 from app.runtime.runner import (
     TurnResult,
     load_state,
-    memory_rev_bump,
     merge_state,
+    new_rows,
     run_turn,
     save_new_messages,
 )
@@ -76,6 +76,7 @@ class Job:
     rev: int | None = None  # the session's memory_rev read at admission (None: read at start)
     budget: BudgetFigures | None = None  # read at submission (None: read at start)
     charge_later: Callable[[str, int], Awaitable[None]] | None = None  # see Submission
+    held: RunHold | None = None  # PostgreSQL: the session's run lock, taken at admission
     tenant_limited: bool = True  # known at start: False when the tenant has no budget
     task: asyncio.Task[None] | None = None
     cancel_mode: str | None = None
@@ -113,7 +114,8 @@ async def execute(manager: RunManager, job: Job) -> None:
     result = TurnResult()
     turn: Turn | None = None
     try:
-        async with manager.locks.running(job.session_pk) as hold:
+        held, job.held = job.held, None
+        async with manager.locks.running(job.session_pk, held) as hold:
             if job.cancel_mode is not None:
                 raise asyncio.CancelledError  # cancelled while queued
             job.started = True
@@ -254,8 +256,8 @@ async def _finish(
     """One transaction: the new messages (of ``turn``, if kept), the final status, the tenant's
     charge and the run's unsaved events with the terminal one; then announce it.
 
-    With ``hold`` (PostgreSQL) it is the session lock's own transaction: its commit stores all
-    this and releases the session at once, so the next run sees it.
+    On PostgreSQL it is one statement, on the run lock's connection (``hold``) when it has one;
+    the lock is released after (``SessionLocks.running``), so the next run sees all of it.
     """
     manager.memory.drop(job.session_pk)  # re-added below only after a clean, stored turn
     run = job.run
@@ -272,27 +274,21 @@ async def _finish(
     else:
         terminal = ("run.cancelled", {"run": public})
     after = turn.after(job.session_key) if turn is not None else None
-    changed = False
     await job.channel.stop_flushing()
-    conn = hold.conn if hold is not None else None
     # A tenant with a budget is charged in this transaction (every replica enforces it from
     # the stored counter); one without gets its tokens counted in memory and batched.
     later = job.charge_later if not job.tenant_limited else None
-    async with contextlib.AsyncExitStack() as stack:
-        if conn is not None:
-            # Joins the lock's transaction; committed below on the connection itself.
-            db = AsyncSession(bind=conn, join_transaction_mode="rollback_only")
-            stack.push_async_callback(db.close)  # leaves the lock's transaction alone
-        else:
-            await stack.enter_async_context(manager.writes.hold())
-            db = await stack.enter_async_context(manager.sessionmaker())
-            await stack.enter_async_context(db.begin())
-        try:
+    charge = result.usage.total_tokens if later is None else 0
+    if manager.locks.postgres:
+        changed, event = await _store_end_pg(manager, job, turn, after, terminal, charge, hold)
+    else:
+        async with manager.writes.hold(), manager.sessionmaker() as db, db.begin():
+            changed = False
             if turn is not None and after is not None:
                 changed = await save_new_messages(
-                    db, job.session_pk, job.run_id, turn.before, after, bump=conn is None
+                    db, job.session_pk, job.run_id, turn.before, after
                 )
-            final = (
+            await db.execute(
                 sa.update(RUNS)
                 .where(RUNS.c.id == job.run_id)
                 .values(
@@ -305,21 +301,9 @@ async def _finish(
                     finished_at=run.finished_at,
                 )
             )
-            if changed and conn is not None:
-                # PostgreSQL: the memory_rev bump rides in the same statement (a CTE).
-                final = final.add_cte(memory_rev_bump(job.session_pk).cte("bump"))
-            await db.execute(final)
-            if later is None:
-                await charge_tenant(db, job.tenant_id, result.usage.total_tokens)
+            if charge:
+                await charge_tenant(db, job.tenant_id, charge)
             event = await job.channel.save_final(db, *terminal)
-            if conn is not None:
-                await conn.commit()
-        except BaseException:
-            if hold is not None and conn is not None:
-                hold.broken = True
-            raise
-    if hold is not None and conn is not None:
-        hold.committed = True
     clean = status == "completed" and stop_reason == "end"
     if clean and turn is not None and turn.nodes is not None and after is not None:
         manager.memory.put(job.session_pk, turn.rev + (1 if changed else 0), after)
@@ -332,6 +316,39 @@ async def _finish(
     if manager.on_finished is not None:
         manager.on_finished(run)
     await job.channel.published(event)
+    job.done.set()  # stored: the answer need not wait for the session's lock release
+
+
+async def _store_end_pg(
+    manager: RunManager,
+    job: Job,
+    turn: Turn | None,
+    after: dict[str, Any] | None,
+    terminal: tuple[str, dict[str, Any]],
+    charge: int,
+    hold: RunHold | None,
+) -> tuple[bool, Event]:
+    """PostgreSQL: the run's end as one statement on the run lock's connection (or, without
+    one, a pooled connection); returns whether the memory changed, and the terminal event."""
+    rows: list[dict[str, Any]] = []
+    rewrite: list[str] = []
+    if turn is not None and after is not None:
+        rows, rewrite = new_rows(job.session_pk, job.run_id, turn.before, after)
+    messages = [{"key": r["key"], "index": r["index"], "data": r["data"]} for r in rows]
+    event, events = job.channel.final_rows(*terminal)
+    run = job.run
+    assert run.finished_at is not None
+    args = (run, messages, rewrite, events, charge, run.finished_at)
+    if hold is not None and hold.pg is not None and not hold.broken:
+        try:
+            await pgturn.store_end(hold.pg, *args)
+        except BaseException:
+            hold.broken = True  # its lock is released by discarding the connection
+            raise
+    else:
+        async with manager.engine.connect() as conn:
+            await pgturn.store_end(await raw.driver(conn), *args)
+    return bool(rows or rewrite), event
 
 
 def input_message(raw: Any) -> AgentMessage:

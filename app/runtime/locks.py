@@ -8,9 +8,13 @@ import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.db import raw
+from app.runtime import pgturn
 
 
 def advisory_key(name: str) -> int:
@@ -63,26 +67,68 @@ class SessionLocks:
             yield
 
     @asynccontextmanager
-    async def running(self, key: str) -> AsyncIterator[RunHold]:
+    async def running(self, key: str, held: RunHold | None = None) -> AsyncIterator[RunHold]:
         """Held for a whole run: waits (FIFO in this process) for earlier runs of the session.
 
-        On PostgreSQL the lock is ``pg_advisory_xact_lock`` in a transaction of its own
-        connection, open for the run: the run's final writes may commit in that transaction
-        (``RunHold.conn``), which stores them and releases the session in one commit. Ending
-        the block otherwise rolls it back (also releasing the session).
+        On PostgreSQL the run also holds the session's run lock, a session-level advisory lock
+        on a pooled connection kept for the run (``RunHold.conn``; ``held``: taken already by
+        the run's admission on that connection). The run's end is stored on that connection
+        in autocommit; the lock is released after it, so the next run sees it. A connection
+        whose release fails is discarded (its lock ends with its database session).
         """
-        async with self._hold(self._run, key):
-            if not self.postgres:
-                yield RunHold()
-                return
-            async with self._slots, self.engine.connect() as conn:
-                await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key(key))))
-                hold = RunHold(conn)
+        try:
+            async with self._hold(self._run, key):
+                if not self.postgres:
+                    yield RunHold()
+                    return
+                if held is not None:
+                    yield held
+                    return
+                await self._slots.acquire()
+                hold = RunHold(key=advisory_key(key), slot=True)
                 try:
+                    hold.conn = await self.engine.connect()
+                    hold.pg = await raw.driver(hold.conn)
+                    hold.locked = None  # unknown until the statement returns
+                    await pgturn.lock(hold.pg, hold.key)
+                    hold.locked = True
                     yield hold
                 finally:
-                    if not hold.committed:
-                        await _release(conn)
+                    await self.release(hold)
+        finally:
+            if held is not None:  # also when cancelled while waiting behind another run
+                await self.release(held)
+
+    def slot_free(self) -> bool:
+        """Whether a run could take a lock connection now without waiting."""
+        return not self._slots.locked()
+
+    async def take_slot(self) -> None:
+        """Count a run that holds its session's lock from admission on (``held``)."""
+        await self._slots.acquire()
+
+    async def release(self, hold: RunHold) -> None:
+        """Release the run lock and return its connection (once)."""
+        conn, hold.conn = hold.conn, None
+        try:
+            if conn is None:
+                return
+            try:
+                if hold.locked and not hold.broken:
+                    await pgturn.unlock(hold.pg, hold.key)
+                    hold.locked = False
+                if hold.locked is False:
+                    await conn.close()
+                    return
+            except BaseException:
+                await _discard(conn)
+                raise
+            # A lock that may still be held must not go back to the pool.
+            await _discard(conn)
+        finally:
+            if hold.slot:
+                hold.slot = False
+                self._slots.release()
 
     def locally_busy(self, key: str) -> bool:
         """True when a run of the session holds the lock in this process."""
@@ -105,18 +151,19 @@ class RunHold:
     """What holding a session gives a run: on PostgreSQL, the lock's connection."""
 
     conn: AsyncConnection | None = None
-    committed: bool = False  # the run's final transaction committed (and released the lock)
+    pg: Any = None  # the asyncpg connection under ``conn``
+    key: int = 0  # the run lock's advisory key
+    locked: bool | None = False  # None: a lock statement did not return (unknown)
+    slot: bool = False  # holds one of SessionLocks' run slots
     broken: bool = False  # a statement on ``conn`` failed: finish on a pooled connection
 
 
-async def _release(conn: AsyncConnection) -> None:
-    """End the lock's transaction; a connection that fails here is discarded (its session
-    and so its lock end with it)."""
-    try:
-        await conn.rollback()
-    except Exception:
-        with contextlib.suppress(Exception):
-            await conn.invalidate()
+async def _discard(conn: AsyncConnection) -> None:
+    """Close a connection for good: its database session, and any lock it holds, end."""
+    with contextlib.suppress(BaseException):
+        await conn.invalidate()
+    with contextlib.suppress(BaseException):
+        await conn.close()
 
 
 async def _unlock(conn: AsyncConnection, key: str) -> None:

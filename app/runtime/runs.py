@@ -11,16 +11,18 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.db import raw
 from app.db.base import new_id, utcnow
 from app.db.models import Run, RunEvent
 from app.db.models import Session as SessionRow
-from app.errors import SessionBusy
+from app.errors import NotFound, SessionBusy
+from app.runtime import pgturn
 from app.runtime.budgets import BudgetFigures
 from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel
 from app.runtime.jobs import Job, execute, input_message
-from app.runtime.locks import SessionLocks, lock_for_transaction
+from app.runtime.locks import RunHold, SessionLocks, advisory_key, lock_for_transaction
 from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message
 from app.runtime.notify import CancelBus
@@ -52,6 +54,9 @@ class Submission:
     # Counts the tokens of a tenant without a budget later, batched (the tenant's counter then
     # lags a little); None: every run's tokens are charged in its final transaction.
     charge_later: Callable[[str, int], Awaitable[None]] | None = None
+    # PostgreSQL: the pooled connection the session was looked up on; ``submit`` admits the
+    # run on it and owns it from then on.
+    conn: AsyncConnection | None = None
 
 
 def run_public(run: Run) -> dict[str, Any]:
@@ -112,6 +117,11 @@ class RunManager:
 
     async def submit(self, sub: Submission) -> tuple[Run, bool]:
         """Create (or, with a known Idempotency-Key, find) the run; returns (run, created)."""
+        if self.locks.postgres and not sub.idempotency_key:
+            return await self._submit_pg(sub), True
+        if sub.conn is not None:
+            conn, sub.conn = sub.conn, None
+            await conn.close()
         session_pk = sub.session.pk
         to_cancel: list[str] = []
         async with self.locks.admission(session_pk):
@@ -155,6 +165,53 @@ class RunManager:
             self._start(sub, run, None if active else rev)
         return run, True
 
+    async def _submit_pg(self, sub: Submission) -> Run:
+        """PostgreSQL: admit the run in one round trip (``agentstation_admit``); an idle
+        session's run keeps the admission's connection, which holds the session's run lock."""
+        session_pk = sub.session.pk
+        hold = RunHold(conn=sub.conn, key=advisory_key(session_pk))
+        sub.conn = None
+        try:
+            async with self.locks.admission(session_pk):
+                run = self._new_run(sub, running=True)
+                take = self.locks.slot_free()
+                if hold.conn is None:
+                    hold.conn = await self.engine.connect()
+                hold.pg = await raw.driver(hold.conn)
+                hold.locked = None  # unknown until admit returns
+                got = await pgturn.admit(
+                    hold.pg,
+                    run,
+                    sub.strategy == "reject",
+                    take,
+                    advisory_key("admit:" + session_pk),
+                    hold.key,
+                )
+                hold.locked = got is not None and got.status == "running"
+                if not hold.locked:
+                    await self.locks.release(hold)  # back to the pool
+                if got is None:
+                    raise NotFound(f"session {sub.session.id!r} not found", param="id")
+                if got.status is None:
+                    raise SessionBusy(sub.session.id)
+                if hold.locked:
+                    await self.locks.take_slot()
+                    hold.slot = True
+                else:
+                    run.status, run.started_at = "queued", None
+                if sub.strategy in ("interrupt", "rollback"):
+                    mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
+                    for run_id in got.active:
+                        await self.cancel(run_id, mode)
+                if hold.locked:
+                    self._start(sub, run, got.rev, hold)
+                else:
+                    self._start(sub, run, None)  # reads the revision when it starts
+        except BaseException:
+            await self.locks.release(hold)  # before the job owns it (else a no-op)
+            raise
+        return run
+
     async def _by_key(self, db: AsyncSession, sub: Submission) -> Run | None:
         found: Run | None = await db.scalar(
             sa.select(Run).where(
@@ -187,9 +244,12 @@ class RunManager:
             finished_at=None,
         )
 
-    def _start(self, sub: Submission, run: Run, rev: int | None) -> None:
+    def _start(
+        self, sub: Submission, run: Run, rev: int | None, held: RunHold | None = None
+    ) -> None:
         """Start the run's task; ``rev`` is the memory revision read at admission (None when
-        the run is queued: it reads it, and the budget, when it starts)."""
+        the run is queued: it reads it, and the budget, when it starts); ``held``: the
+        session's run lock, taken at admission (PostgreSQL)."""
         channel = RunChannel(run.id, self.sessionmaker, self.flush_s, self.writes)
         job = Job(
             run=run,
@@ -206,6 +266,7 @@ class RunManager:
             rev=rev,
             budget=sub.budget if rev is not None else None,
             charge_later=sub.charge_later,
+            held=held,
         )
         self.jobs[run.id] = job
         self.channels[run.id] = channel
@@ -213,6 +274,15 @@ class RunManager:
         channel.seed("run.created", {"run": run_public(run)})
         channel.start()
         job.task = asyncio.create_task(execute(self, job), name=f"run-{run.id}")
+        if held is not None:  # a task cancelled before its first step never ran execute()
+            job.task.add_done_callback(lambda _task: self._release_unclaimed(job))
+
+    def _release_unclaimed(self, job: Job) -> None:
+        held, job.held = job.held, None
+        if held is not None:
+            task = asyncio.create_task(self.locks.release(held))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def forget(self, job: Job) -> None:
         """Called by a finished job: drop it now, its channel after a grace period."""

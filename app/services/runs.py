@@ -9,10 +9,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db import raw
 from app.db.models import Agent, AgentVersion, Run, Tenant
 from app.db.models import Session as SessionRow
 from app.errors import NotFound, Unavailable
-from app.runtime.budgets import session_figures
+from app.runtime import pgturn
+from app.runtime.budgets import BudgetFigures, session_figures
 from app.runtime.reads import reading
 from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec
@@ -66,17 +68,43 @@ async def _lookup(
 async def prepare_submission(
     state: AppState, tenant_id: str, session_id: str, body: RunCreate, idempotency_key: str | None
 ) -> Submission:
-    """Look up the session and its pinned spec (a short DB session, not held while streaming)."""
-    async with reading(state.engine, state.sessionmaker) as db:
-        row, agent_name, spec, tenant_limit, tenant_used = await _lookup(db, tenant_id, session_id)
-        if tenant_limit is not None:  # tokens this replica counted while it looked unlimited
-            tenant_used += state.tenant_usage.pending.get(tenant_id, 0)
-        figures = await session_figures(db, row.pk, spec.budget, tenant_limit, tenant_used)
-    figures.preflight()  # 429 budget_exceeded when spent
-    if spec.model is not None:
-        handle = state.models.get(spec.model)
-        if handle is None or not handle.ready:
-            raise Unavailable(f"model {spec.model!r} is not ready", code="model_not_ready")
+    """Look up the session and its pinned spec (a short DB session, not held while streaming).
+
+    On PostgreSQL the lookup goes straight to the driver, and its pooled connection travels
+    with the submission (``Submission.conn``): ``RunManager.submit`` admits the run on it.
+    """
+    conn = None
+    try:
+        if state.engine.dialect.name == "postgresql" and not idempotency_key:
+            conn = await state.engine.connect()
+            pg = await raw.driver(conn)
+            row, agent_name, spec, tenant_limit, tenant_used = await _lookup_pg(
+                pg, tenant_id, session_id
+            )
+            if tenant_limit is not None:  # tokens this replica counted while it looked unlimited
+                tenant_used += state.tenant_usage.pending.get(tenant_id, 0)
+            limit = spec.budget.max_total_tokens if spec.budget is not None else None
+            used = 0
+            if limit is not None:
+                used = int((await raw.fetchrow(pg, pgturn.SESSION_TOKENS, row.pk))[0])
+            figures = BudgetFigures(limit, used, tenant_limit, tenant_used)
+        else:
+            async with reading(state.engine, state.sessionmaker) as db:
+                row, agent_name, spec, tenant_limit, tenant_used = await _lookup(
+                    db, tenant_id, session_id
+                )
+                if tenant_limit is not None:
+                    tenant_used += state.tenant_usage.pending.get(tenant_id, 0)
+                figures = await session_figures(db, row.pk, spec.budget, tenant_limit, tenant_used)
+        figures.preflight()  # 429 budget_exceeded when spent
+        if spec.model is not None:
+            handle = state.models.get(spec.model)
+            if handle is None or not handle.ready:
+                raise Unavailable(f"model {spec.model!r} is not ready", code="model_not_ready")
+    except BaseException:
+        if conn is not None:
+            await conn.close()
+        raise
     message = body.message if isinstance(body.message, str) else body.message.model_dump()
     return Submission(
         tenant_id=tenant_id,
@@ -94,7 +122,33 @@ async def prepare_submission(
         idempotency_key=idempotency_key,
         budget=figures,
         charge_later=partial(state.tenant_usage.charge, limited=False),
+        conn=conn,
     )
+
+
+async def _lookup_pg(
+    pg: Any, tenant_id: str, session_id: str
+) -> tuple[SessionRow, str, AgentSpec, int | None, int]:
+    """``_lookup`` in one statement sent to asyncpg (no ORM)."""
+    found = await raw.fetchrow(pg, pgturn.LOOKUP, tenant_id, session_id)
+    if found is None:
+        raise NotFound(f"session {session_id!r} not found", param="id")
+    (pk, tenant, sid, agent_id, version, metadata, created, updated, rev) = found[:9]
+    name, raw_spec, budget, used = found[9:]
+    if raw_spec is None:
+        raise NotFound(f"agent version {version} not found")
+    row = SessionRow(
+        pk=pk,
+        tenant_id=tenant,
+        id=sid,
+        agent_id=agent_id,
+        agent_version=version,
+        metadata_=metadata,
+        created_at=created,
+        updated_at=updated,
+        memory_rev=rev,
+    )
+    return row, name, _spec(agent_id, version, raw_spec), budget, int(used or 0)
 
 
 async def get_run(db: AsyncSession, tenant_id: str, run_id: str) -> Run:

@@ -1,0 +1,136 @@
+"""A session turn's PostgreSQL statements, sent straight to asyncpg: one round trip each.
+
+- admission: ``agentstation_admit`` (migration 0004) takes the session's admission lock,
+  reads its memory revision and active runs, inserts the run and, when the session is idle,
+  takes its run lock (session-level, kept by the calling connection for the run);
+- the run's end: one statement (CTEs) appends the turn's messages, bumps ``memory_rev``,
+  stores the unsaved events with the terminal one, charges a tenant with a budget and sets the
+  final status; in autocommit, so its one implicit commit makes all of it durable at once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.db import raw
+from app.db.models import Run
+
+ADMIT = (
+    "SELECT o_rev, o_active, o_status FROM agentstation_admit("
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::json, $12::json, $13, $14)"
+)
+LOOKUP = """\
+SELECT s.pk, s.tenant_id, s.id, s.agent_id, s.agent_version, s.metadata, s.created_at,
+    s.updated_at, s.memory_rev, a.name, v.spec, t.token_budget, t.tokens_used
+FROM sessions s
+JOIN agents a ON a.id = s.agent_id
+LEFT JOIN agent_versions v ON v.agent_id = s.agent_id AND v.version = s.agent_version
+LEFT JOIN tenants t ON t.id = s.tenant_id
+WHERE s.tenant_id = $1 AND s.id = $2"""
+SESSION_TOKENS = (
+    "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM runs WHERE session_pk = $1"
+)
+LOCK = "SELECT pg_advisory_lock($1)"
+UNLOCK = "SELECT pg_advisory_unlock($1)"
+DELETE_KEYS = "DELETE FROM messages WHERE session_pk = $1 AND key = ANY($2::text[])"
+END = """\
+WITH msg AS (
+    INSERT INTO messages (session_pk, key, index, data, run_id, created_at)
+    SELECT $1, m.key, m.index, m.data, $2, $3
+    FROM json_to_recordset($4::json) AS m(key text, index integer, data json)
+), bump AS (
+    UPDATE sessions SET memory_rev = memory_rev + 1 WHERE pk = $1 AND $5::boolean
+), ev AS (
+    INSERT INTO run_events (run_id, seq, type, data, created_at)
+    SELECT $2, e.seq, e.type, e.data, $3
+    FROM json_to_recordset($6::json) AS e(seq integer, type text, data json)
+), charge AS (
+    UPDATE tenants SET tokens_used = tokens_used + $7::bigint WHERE id = $8 AND $7::bigint > 0
+)
+UPDATE runs SET status = $9, stop_reason = $10, output = $11::json, error = $12::json,
+    prompt_tokens = $13, completion_tokens = $14, finished_at = $3
+WHERE id = $2"""
+
+
+@dataclass
+class Admission:
+    """What ``agentstation_admit`` answered."""
+
+    rev: int
+    active: list[str]  # the session's queued and running runs before this one, oldest first
+    status: str | None  # "running" (the run lock is held), "queued", None: busy, not inserted
+
+
+async def admit(
+    pg: Any, run: Run, reject: bool, take_lock: bool, admit_key: int, run_key: int
+) -> Admission | None:
+    """Admit ``run`` (None: its session no longer exists)."""
+    row = await raw.fetchrow(
+        pg,
+        ADMIT,
+        run.session_pk,
+        reject,
+        take_lock,
+        admit_key,
+        run_key,
+        run.id,
+        run.tenant_id,
+        run.session_id,
+        run.agent,
+        run.agent_version,
+        json.dumps(run.input),
+        json.dumps(run.options),
+        run.idempotency_key,
+        run.created_at,
+    )
+    if row is None:
+        return None
+    return Admission(int(row[0]), list(row[1]), row[2])
+
+
+async def lock(pg: Any, run_key: int) -> None:
+    """Wait for the session's run lock (session-level: held until ``unlock``)."""
+    await raw.execute(pg, LOCK, run_key)
+
+
+async def unlock(pg: Any, run_key: int) -> None:
+    """Release the session's run lock."""
+    await raw.execute(pg, UNLOCK, run_key)
+
+
+async def store_end(
+    pg: Any,
+    run: Run,
+    messages: list[dict[str, Any]],
+    rewrite: list[str],
+    events: list[dict[str, Any]],
+    charge: int,
+    finished_at: datetime,
+) -> None:
+    """Store a run's end in one implicit transaction (two statements in an explicit one when
+    a memory key was cut and is rewritten, which is rare)."""
+    args = (
+        run.session_pk,
+        run.id,
+        finished_at,
+        json.dumps(messages),
+        bool(messages or rewrite),
+        json.dumps(events),
+        charge,
+        run.tenant_id,
+        run.status,
+        run.stop_reason,
+        None if run.output is None else json.dumps(run.output),
+        None if run.error is None else json.dumps(run.error),
+        run.prompt_tokens,
+        run.completion_tokens,
+    )
+    if not rewrite:
+        await raw.execute(pg, END, *args)
+        return
+    async with pg.transaction():
+        await raw.execute(pg, DELETE_KEYS, run.session_pk, rewrite)
+        await raw.execute(pg, END, *args)
