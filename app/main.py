@@ -125,7 +125,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.startup_hooks = []
     install_error_handlers(app)
-    for router in (agents.router, sessions.router, runs.router, openai.router, health.router):
+    # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
+    for router in (openai.router, agents.router, sessions.router, runs.router, health.router):
         app.include_router(router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:

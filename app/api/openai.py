@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agents.llms.openai_client import APIConnectionError
 from app.api.sse import SSE_RESPONSES
-from app.deps import PrincipalDep, StateDep
+from app.deps import AUTHORIZATION_PARAMETER, CallerDep, PrincipalDep, StateDep, app_state
 from app.engines.base import EngineError
-from app.errors import AppError, NotFound, Unavailable, upstream_unavailable
+from app.errors import AppError, BadRequest, NotFound, Unavailable, upstream_unavailable
 from app.models.encoded import EncodedJSON, encoded
 from app.schemas.openai import ChatCompletionRequest
 from app.services import chat
@@ -61,14 +61,47 @@ async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[s
     raise NotFound(f"model {model_id!r} not found", param="model", code="model_not_found")
 
 
-@router.post("/chat/completions", response_model=None, responses=SSE_RESPONSES)
-async def chat_completions(
-    body: ChatCompletionRequest,
-    state: StateDep,
-    who: PrincipalDep,
-    x_session_id: Annotated[str | None, Header(alias="X-Session-Id", max_length=128)] = None,
-) -> Any:
+SESSION_ID_HEADER = "X-Session-Id"
+SESSION_ID_MAX_LENGTH = 128
+# The headers this endpoint reads itself, documented as FastAPI documents a ``Header()``.
+_CHAT_PARAMETERS: list[dict[str, Any]] = [
+    {
+        "name": SESSION_ID_HEADER,
+        "in": "header",
+        "required": False,
+        "schema": {
+            "anyOf": [{"type": "string", "maxLength": SESSION_ID_MAX_LENGTH}, {"type": "null"}],
+            "title": SESSION_ID_HEADER,
+        },
+    },
+    AUTHORIZATION_PARAMETER,
+]
+
+
+def session_id_header(request: Request) -> str | None:
+    """``X-Session-Id`` (400 over 128 characters, as a ``Header(max_length=128)`` would)."""
+    value = request.headers.get(SESSION_ID_HEADER)
+    if value is not None and len(value) > SESSION_ID_MAX_LENGTH:
+        raise BadRequest(
+            f"{SESSION_ID_HEADER}: String should have at most {SESSION_ID_MAX_LENGTH} characters",
+            param=SESSION_ID_HEADER,
+            code="invalid_value",
+        )
+    return value
+
+
+@router.post(
+    "/chat/completions",
+    response_model=None,
+    responses=SSE_RESPONSES,
+    openapi_extra={"parameters": _CHAT_PARAMETERS},
+)
+async def chat_completions(request: Request, body: ChatCompletionRequest, who: CallerDep) -> Any:
     """An agent (by name) or a raw model answers, streamed or whole."""
+    # The hottest endpoint: its headers and the app state are read directly, not declared as
+    # dependencies and Header()s (solving those was ~45 of ~165 µs of CPU per request).
+    state = app_state(request)
+    x_session_id = session_id_header(request)
     agent = (await _agents(state, who.tenant_id)).get(body.model)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if agent is not None:
@@ -96,10 +129,10 @@ async def chat_completions(
         raise NotFound(f"model {body.model!r} not found", param="model", code="model_not_found")
     if not handle.ready:
         raise Unavailable(f"model {body.model!r} is not ready", code="model_not_ready")
-    request = body.model_dump(exclude_none=True)
+    raw_request = body.model_dump(exclude_none=True)
     if body.stream:
-        return await _sse(handle.raw.stream(request))
-    answer = await handle.raw.complete(request)
+        return await _sse(handle.raw.stream(raw_request))
+    answer = await handle.raw.complete(raw_request)
     if isinstance(answer, EncodedJSON):  # an upstream's bytes: passed through, not re-encoded
         return Response(answer.raw, media_type="application/json")
     return JSONResponse(answer)

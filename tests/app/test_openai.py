@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from tests.app.conftest import make_agent
+from tests.app.conftest import KEY_A, make_agent
 from tests.app.test_runs import _Broken
 
 
@@ -213,3 +213,38 @@ async def test_agent_failure_mid_stream_is_an_in_stream_error(
     assert chunks[-2]["error"]["message"] == "model exploded"
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-2])
     assert text == "partial"
+
+
+async def test_chat_headers_are_checked_and_documented(app: FastAPI) -> None:
+    """X-Session-Id and Authorization are read by the endpoint itself: same errors, same docs."""
+    body = {"model": "echo", "messages": [{"role": "user", "content": "x"}]}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as anon:
+        # No key: 401, even when the body is invalid too (authentication comes first).
+        for sent in (body, {"model": "echo", "messages": []}):
+            resp = await anon.post("/v1/chat/completions", json=sent)
+            assert resp.status_code == 401, resp.text
+            assert resp.json()["error"]["code"] == "invalid_api_key"
+        resp = await anon.post(
+            "/v1/chat/completions", json=body, headers={"Authorization": "Basic abc"}
+        )
+        assert resp.status_code == 401
+        assert "expected Bearer" in resp.json()["error"]["message"]
+        long_id = {"Authorization": f"Bearer {KEY_A}", "X-Session-Id": "s" * 129}
+        resp = await anon.post("/v1/chat/completions", json=body, headers=long_id)
+        assert resp.status_code == 400, resp.text
+        assert resp.json() == {
+            "error": {
+                "message": "X-Session-Id: String should have at most 128 characters",
+                "type": "invalid_request_error",
+                "param": "X-Session-Id",
+                "code": "invalid_value",
+            }
+        }
+        operation = (await anon.get("/openapi.json")).json()["paths"]["/v1/chat/completions"]
+    params = {p["name"]: p for p in operation["post"]["parameters"]}
+    assert params.keys() == {"X-Session-Id", "authorization"}
+    assert params["X-Session-Id"]["in"] == "header"
+    assert params["X-Session-Id"]["schema"]["anyOf"][0]["maxLength"] == 128
+    schema = operation["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/ChatCompletionRequest"}
