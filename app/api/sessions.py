@@ -6,6 +6,7 @@ import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Request, Response
+from fastapi.responses import JSONResponse
 
 from app.api.sse import SSE_RESPONSES, run_event_response
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
@@ -152,6 +153,10 @@ async def post_message(
         )
     await _wait_or_cancel(runs, run.id, request, body.on_disconnect == "cancel")
     final = runs.result(run.id)  # finished here: its final state is in memory
+    public = runs.result_public(run.id)
+    if final is not None and public is not None:
+        # RunResult's JSON, from the dict the run's terminal event already holds.
+        return JSONResponse({"run": public, "message": final.output})
     if final is None:
         async with state.sessionmaker() as db:
             final = await run_service.get_run(db, who.tenant_id, run.id)

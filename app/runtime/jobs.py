@@ -313,6 +313,7 @@ async def _finish(
         except Exception:  # the run is stored: a lost count must not turn it into a failure
             log.exception("counting run %s's tokens for its tenant failed", job.run_id)
     manager.finished[job.run_id] = run
+    manager.finished_public[job.run_id] = public
     if manager.on_finished is not None:
         manager.on_finished(run)
     await job.channel.published(event)

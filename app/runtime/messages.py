@@ -30,8 +30,29 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+_PLAIN = (str, type(None))
+
+
 def dump_message(message: AgentMessage) -> dict[str, Any]:
     """A JSON-ready AgentMessage dump (the stored and served form)."""
+    content, formatted, extra = message.content, message.formatted, message.extra_info
+    if (
+        type(message) is AgentMessage
+        and type(content) in _PLAIN
+        and type(formatted) in _PLAIN
+        and type(extra) in _PLAIN
+    ):
+        # The common case (text), as ``jsonable`` would dump it, without the generic walk.
+        state = message.stream_state
+        return {
+            "content": content,
+            "sender": message.sender,
+            "formatted": formatted,
+            "extra_info": extra,
+            "type": message.type,
+            "receiver": message.receiver,
+            "stream_state": state.value if isinstance(state, enum.Enum) else state,
+        }
     data: dict[str, Any] = jsonable(message)
     return data
 

@@ -110,6 +110,7 @@ class RunManager:
         self.memory = MemoryCache()  # sessions' loaded memories (checked against memory_rev)
         # Runs this process finished, served from memory for KEEP_CHANNEL_S (the POST's answer).
         self.finished: dict[str, Run] = {}
+        self.finished_public: dict[str, dict[str, Any]] = {}  # their API shape (run_public)
         # Called with each run this process finished (ops: metrics and the "run finished" log).
         self.on_finished: Callable[[Run], None] | None = None
 
@@ -290,10 +291,15 @@ class RunManager:
         loop = asyncio.get_running_loop()
         loop.call_later(KEEP_CHANNEL_S, self.channels.pop, job.run_id, None)
         loop.call_later(KEEP_CHANNEL_S, self.finished.pop, job.run_id, None)
+        loop.call_later(KEEP_CHANNEL_S, self.finished_public.pop, job.run_id, None)
 
     def result(self, run_id: str) -> Run | None:
         """The final state of a run this process finished recently (None: read the database)."""
         return self.finished.get(run_id)
+
+    def result_public(self, run_id: str) -> dict[str, Any] | None:
+        """``run_public`` of ``result(run_id)``, as its terminal event carries it."""
+        return self.finished_public.get(run_id)
 
     async def start(self) -> int:
         """Listen for cancels from other replicas; close runs left by dead processes."""

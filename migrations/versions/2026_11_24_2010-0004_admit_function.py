@@ -34,6 +34,9 @@ DECLARE
     v_active text[];
     v_status text := 'queued';
 BEGIN
+    -- The admission is not flushed to disk before the answer (the run's end is): an OS crash
+    -- within ~0.6 s of it may lose the run row of a run whose end could then not be stored.
+    PERFORM set_config('synchronous_commit', 'off', true);
     -- Serialises admissions of the session across replicas (same key as app/runtime/locks.py).
     PERFORM pg_advisory_xact_lock(p_admit_key);
     -- One snapshot for both: a run that ended committed its memory_rev bump with its status.
