@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import asyncpg
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+class DriverError(SQLAlchemyError):
+    """An asyncpg error of a raw statement (the driver's error is its ``__cause__``), raised as
+    a SQLAlchemy error so callers and the app's error handlers treat both paths alike (a lost
+    database is a 503 ``database_unavailable``, not an unhandled error)."""
+
 
 # Called with each statement's SQL before it is sent.
 listeners: list[Callable[[str], None]] = []
@@ -32,11 +43,17 @@ async def fetchrow(pg: Any, sql: str, *args: Any) -> Any:
     """One statement, its first row (or None)."""
     if listeners:
         _report(sql)
-    return await pg.fetchrow(sql, *args)
+    try:
+        return await pg.fetchrow(sql, *args)
+    except DRIVER_ERRORS as exc:
+        raise DriverError(f"{type(exc).__name__}: {exc}") from exc
 
 
 async def execute(pg: Any, sql: str, *args: Any) -> None:
     """One statement, no rows."""
     if listeners:
         _report(sql)
-    await pg.execute(sql, *args)
+    try:
+        await pg.execute(sql, *args)
+    except DRIVER_ERRORS as exc:
+        raise DriverError(f"{type(exc).__name__}: {exc}") from exc

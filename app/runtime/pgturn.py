@@ -131,6 +131,9 @@ async def store_end(
     if not rewrite:
         await raw.execute(pg, END, *args)
         return
-    async with pg.transaction():
-        await raw.execute(pg, DELETE_KEYS, run.session_pk, rewrite)
-        await raw.execute(pg, END, *args)
+    try:
+        async with pg.transaction():
+            await raw.execute(pg, DELETE_KEYS, run.session_pk, rewrite)
+            await raw.execute(pg, END, *args)
+    except raw.DRIVER_ERRORS as exc:  # BEGIN or COMMIT
+        raise raw.DriverError(f"{type(exc).__name__}: {exc}") from exc

@@ -251,3 +251,34 @@ async def test_tenant_usage_is_batched_without_a_budget_and_stored_with_one(
     # With a budget, the run's own final transaction charged it: nothing waits in memory.
     assert state.tenant_usage.pending.get("a", 0) == 0
     assert await tokens_used(app, "a") == before + spent + more
+
+
+async def test_a_raw_statement_on_a_lost_connection_is_a_503_and_leaks_nothing(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if engine_of(app).dialect.name != "postgresql":
+        pytest.skip("statements go straight to asyncpg on PostgreSQL only")
+    import asyncpg
+
+    await make_agent(client)
+    sid = await make_session(client)
+    real = raw.driver
+
+    class Lost:
+        def __init__(self, pg: Any) -> None:
+            self.pg = pg
+
+        async def fetchrow(self, *_: Any) -> Any:
+            raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")
+
+    async def lost_driver(conn: Any) -> Any:
+        return Lost(await real(conn))
+
+    monkeypatch.setattr(raw, "driver", lost_driver)
+    resp = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
+    assert resp.status_code == 503 and resp.json()["error"]["code"] == "database_unavailable"
+    monkeypatch.setattr(raw, "driver", real)
+    await turn(client, sid)  # the session is free: nothing held by the failed request
+    pool = engine_of(app).sync_engine.pool
+    await settle(app)
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]
