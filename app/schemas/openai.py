@@ -120,3 +120,25 @@ class ChatCompletionRequest(_Open):
         if self.stop is not None:
             params["stop_words"] = [self.stop] if isinstance(self.stop, str) else self.stop
         return {k: v for k, v in params.items() if v is not None}
+
+
+def inline_json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON Schema with every ``$ref`` replaced by its definition (no ``$defs``).
+
+    For an OpenAPI operation that documents a body it parses itself (``openapi_extra``): its
+    ``$defs`` would not resolve there. The models here are not recursive.
+    """
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    result: dict[str, Any] = inline(schema)
+    return result

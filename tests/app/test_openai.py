@@ -246,5 +246,75 @@ async def test_chat_headers_are_checked_and_documented(app: FastAPI) -> None:
     assert params.keys() == {"X-Session-Id", "authorization"}
     assert params["X-Session-Id"]["in"] == "header"
     assert params["X-Session-Id"]["schema"]["anyOf"][0]["maxLength"] == 128
-    schema = operation["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert schema == {"$ref": "#/components/schemas/ChatCompletionRequest"}
+    body_doc = operation["post"]["requestBody"]
+    assert body_doc["required"] is True
+    schema = body_doc["content"]["application/json"]["schema"]
+    assert schema["title"] == "ChatCompletionRequest" and "$defs" not in json.dumps(schema)
+    assert schema["required"] == ["model", "messages"]
+    assert schema["properties"]["messages"]["items"]["title"] == "ChatMessage"  # inlined
+
+
+_VALID = json.dumps({"model": "echo", "messages": [{"role": "user", "content": "x"}]}).encode()
+_JSON = {"content-type": "application/json"}
+_INVALID_BODY = (
+    400,
+    "invalid_body",
+    "the request body must be a JSON object (send Content-Type: application/json)",
+    None,
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "expected"),
+    [
+        (b"{", _JSON, (400, "invalid_json", "invalid JSON body: JSON decode error", None)),
+        (_VALID, {}, _INVALID_BODY),  # no content type: not read as JSON
+        (_VALID, {"content-type": "text/plain"}, _INVALID_BODY),
+        (_VALID, {"content-type": "application/json/x"}, _INVALID_BODY),
+        (_VALID, {"content-type": "application/vnd.api+json"}, 200),
+        (_VALID, {"content-type": "Application/JSON ; charset=utf-8"}, 200),
+        (b"", _JSON, _INVALID_BODY),
+        (b"[]", _JSON, _INVALID_BODY),
+        (  # not UTF-8
+            b'{"model": "\xff"}',
+            _JSON,
+            (400, "invalid_request", "There was an error parsing the body", None),
+        ),
+        (b'{"messages": []}', _JSON, (400, "missing_field", "model: Field required", "model")),
+        (
+            b'{"model": "echo", "messages": [{"role": "user", "content": 5}]}',
+            _JSON,
+            (
+                400,
+                "invalid_value",
+                "messages[0].content.str: Input should be a valid string",
+                "messages[0].content.str",
+            ),
+        ),
+        # Unparsable JSON is refused before the key is checked; invalid fields after it.
+        (b"{", {**_JSON, "authorization": ""}, (400, "invalid_json", None, None)),
+        (b"[]", {**_JSON, "authorization": ""}, (401, "invalid_api_key", None, None)),
+        # The headers are checked before the body's fields.
+        (
+            b"[]",
+            {**_JSON, "x-session-id": "s" * 129},
+            (400, "invalid_value", None, "X-Session-Id"),
+        ),
+    ],
+)
+async def test_chat_body_is_read_as_a_declared_body_would_be(
+    client: httpx.AsyncClient, content: bytes, headers: dict[str, str], expected: Any
+) -> None:
+    """The endpoint parses its body itself: the same answers FastAPI gave for a declared one."""
+    if headers.get("authorization") == "":
+        headers = {k: v for k, v in headers.items() if k != "authorization"}
+        client.headers.pop("authorization")
+    resp = await client.post("/v1/chat/completions", content=content, headers=headers)
+    if expected == 200:
+        assert resp.status_code == 200, resp.text
+        return
+    status, code, message, param = expected
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == code and error["param"] == param
+    assert message is None or error["message"] == message
