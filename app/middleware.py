@@ -23,8 +23,11 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await self._reject(send)
+            if name == b"content-length" and value.isdigit():
+                if int(value) > self.max_bytes:
+                    await self._reject(send)
+                else:  # the server delivers no more than the declared length: nothing to count
+                    await self.app(scope, receive, send)
                 return
         seen = 0
         started = False

@@ -110,6 +110,9 @@ class Metrics:
             registry=reg,
         )
         self._samplers: list[Callable[[], None]] = []
+        # Labelled children by model: per-call .labels() costs a lock and label checks.
+        self._model_tokens: dict[str, tuple[Counter, Counter]] = {}
+        self._model_ttft: dict[str, Histogram] = {}
 
     # --- calls for the runtime ---------------------------------------------------------------
 
@@ -120,14 +123,23 @@ class Metrics:
 
     def tokens(self, model: str, prompt: int, completion: int) -> None:
         """Add one model call's token usage."""
+        counters = self._model_tokens.get(model)
+        if counters is None:  # labelled children cached per model (as MetricsMiddleware does)
+            counters = self._model_tokens[model] = (
+                self.tokens_total.labels(model, "prompt"),
+                self.tokens_total.labels(model, "completion"),
+            )
         if prompt:
-            self.tokens_total.labels(model, "prompt").inc(prompt)
+            counters[0].inc(prompt)
         if completion:
-            self.tokens_total.labels(model, "completion").inc(completion)
+            counters[1].inc(completion)
 
     def time_to_first_token(self, model: str, seconds: float) -> None:
         """Record the time from a model call to its first token."""
-        self.ttft.labels(model).observe(max(0.0, seconds))
+        histogram = self._model_ttft.get(model)
+        if histogram is None:
+            histogram = self._model_ttft[model] = self.ttft.labels(model)
+        histogram.observe(max(0.0, seconds))
 
     def set_queue_depth(self, queued: int, active: int | None = None) -> None:
         """Set how many runs wait (and, optionally, how many execute)."""
