@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.common import RESULTS_DIR
@@ -42,7 +42,7 @@ def bars(name: str, labels: Sequence[str], values: Sequence[float], title: str, 
 
 def lines(
     name: str,
-    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     title: str,
     xlabel: str,
     ylabel: str,

@@ -35,7 +35,7 @@ class _SSEProtocol(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses, though they behave as one.
         self.transport = cast(asyncio.Transport, transport)
         self.stats.started = time.perf_counter()
-        transport.write(self.request)
+        self.transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()

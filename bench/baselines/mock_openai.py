@@ -56,7 +56,8 @@ async def _read_body(receive: Receive) -> bytes:
     body = b""
     while True:
         msg = await receive()
-        body += msg.get("body", b"")
+        chunk: bytes = msg.get("body", b"")
+        body += chunk
         if not msg.get("more_body"):
             return body
 
