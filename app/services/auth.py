@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -18,6 +20,7 @@ from app.db.models import ApiKey, Tenant
 from app.errors import Unauthorized
 
 ANONYMOUS_TENANT = "default"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Authenticator:
         self.keys: TTLCache[str, Principal] = TTLCache("auth", ttl_s, max_keys, clock)
         self.unknown: TTLCache[str, bool] = TTLCache("auth", ttl_s, 1024, clock)
         self.stored: TTLCache[str, bool] = TTLCache("auth", ttl_s, 1, clock)
+        self._inflight: dict[tuple[str, ...], asyncio.Future[Any]] = {}
 
     async def any_stored_key(self, db: AsyncSession) -> bool:
         """True once a key was created with the CLI (which ends anonymous access)."""
@@ -104,23 +108,49 @@ class Authenticator:
         if principal is not None:
             return principal
         if self.unknown.get(digest) is None:
-            async with sessions() as db:
-                row = await db.scalar(
-                    sa.select(ApiKey.tenant_id).where(
-                        ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)
-                    )
-                )
-            if row is not None:
-                principal = Principal(row)
-                self.keys.put(digest, principal)
+            principal = await self._once(("key", digest), lambda: self._load_key(sessions, digest))
+            if principal is not None:
                 return principal
-            self.unknown.put(digest, True)
         raise Unauthorized("invalid API key")
 
     async def _any_stored_key(self, sessions: async_sessionmaker[AsyncSession]) -> bool:
         found = self.stored.get("any")
         if found is None:
-            async with sessions() as db:
-                found = await self.any_stored_key(db)
-            self.stored.put("any", found)
+            found = await self._once(("any",), lambda: self._load_any_stored_key(sessions))
         return found
+
+    async def _load_any_stored_key(self, sessions: async_sessionmaker[AsyncSession]) -> bool:
+        async with sessions() as db:
+            found = await self.any_stored_key(db)
+        self.stored.put("any", found)
+        return found
+
+    async def _load_key(
+        self, sessions: async_sessionmaker[AsyncSession], digest: str
+    ) -> Principal | None:
+        async with sessions() as db:
+            row = await db.scalar(
+                sa.select(ApiKey.tenant_id).where(
+                    ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)
+                )
+            )
+        if row is None:
+            self.unknown.put(digest, True)
+            return None
+        principal = Principal(row)
+        self.keys.put(digest, principal)
+        return principal
+
+    async def _once(self, key: tuple[str, ...], load: Callable[[], Awaitable[T]]) -> T:
+        """``load()``, run once for concurrent callers with the same ``key``.
+
+        When an entry expires under load, every request in flight misses it at once; they
+        share one query instead of each opening a database session (32 queries per expiry
+        at 32 connections). A caller that is cancelled does not cancel the others' query.
+        """
+        pending = self._inflight.get(key)
+        if pending is None:
+            pending = self._inflight[key] = asyncio.ensure_future(load())
+            pending.add_done_callback(lambda _: self._inflight.pop(key, None))
+        result: T = await asyncio.shield(pending)
+        return result

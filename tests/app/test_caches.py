@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -226,6 +227,27 @@ async def test_a_stored_key_is_looked_up_once_per_ttl_and_revocation_applies_aft
         assert (await client.get("/v1/models")).status_code == 200  # until the TTL passed
         clock.now += settings.auth_cache_ttl_s
         assert (await client.get("/v1/models")).status_code == 401
+
+
+async def test_concurrent_misses_share_one_key_query(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """When a cached key (or "no stored key yet") expires under load, the requests that miss
+    it together run one query, not one each."""
+    settings = settings_factory()
+    async with started(settings) as (app, _):
+        async with state_of(app).sessionmaker() as db, db.begin():
+            key = await create_key(db, "team")
+    async with started(settings, key=key) as (app, client):
+        with statements(app) as seen:
+            answers = await asyncio.gather(*(client.get("/v1/models") for _ in range(16)))
+        assert {r.status_code for r in answers} == {200}
+        assert sum("api_keys" in s for s in seen) == 1, seen
+    async with started(settings_factory(api_keys=""), key=None) as (app, client):
+        with statements(app) as seen:
+            answers = await asyncio.gather(*(client.get("/v1/models") for _ in range(16)))
+        assert {r.status_code for r in answers} == {401}  # a stored key exists: no anonymity
+        assert sum("api_keys" in s for s in seen) == 1, seen
 
 
 async def test_unknown_keys_cannot_grow_the_key_cache_without_bound(
