@@ -22,13 +22,19 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        declared, chunked = None, False
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit():
-                if int(value) > self.max_bytes:
-                    await self._reject(send)
-                else:  # the server delivers no more than the declared length: nothing to count
-                    await self.app(scope, receive, send)
-                return
+                declared = int(value)
+            elif name == b"transfer-encoding":
+                chunked = True
+        if declared is not None and declared > self.max_bytes:
+            await self._reject(send)
+            return
+        if declared is not None and not chunked:
+            # The server delivers no more than the declared length: nothing to count.
+            await self.app(scope, receive, send)
+            return
         seen = 0
         started = False
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -11,6 +12,7 @@ from asgi_lifespan import LifespanManager
 
 from app.cli import _create_key
 from app.main import create_app
+from app.middleware import BodyLimitMiddleware
 from app.settings import Settings
 
 
@@ -62,6 +64,42 @@ async def test_body_limit_is_413(settings_factory: Callable[..., Settings]) -> N
                 headers={"Authorization": "Bearer k", "content-type": "application/json"},
             )
             assert resp.status_code == 413
+
+
+@pytest.mark.parametrize(
+    ("headers", "chunks", "status"),
+    [
+        ([(b"content-length", b"10")], [b"x" * 10], 200),  # declared and within the limit
+        ([(b"content-length", b"11")], [b"x" * 11], 413),  # declared over it: before reading
+        ([], [b"x" * 6, b"x" * 6], 413),  # not declared: counted while it streams
+        # A length next to a chunked encoding is not trusted: counted too.
+        ([(b"content-length", b"4"), (b"transfer-encoding", b"chunked")], [b"x" * 12], 413),
+    ],
+)
+async def test_body_limit_middleware(
+    headers: list[tuple[bytes, bytes]], chunks: list[bytes], status: int
+) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    messages = [
+        {"type": "http.request", "body": c, "more_body": i + 1 < len(chunks)}
+        for i, c in enumerate(chunks)
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": headers}
+    await BodyLimitMiddleware(app, max_bytes=10)(scope, receive, send)
+    assert sent[0]["status"] == status
 
 
 async def test_anonymous_only_on_loopback_without_keys(
