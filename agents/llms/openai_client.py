@@ -22,6 +22,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _Loop = asyncio.AbstractEventLoop
@@ -61,49 +62,65 @@ class OpenAIClient:
     ) -> None:
         root = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.url = url or f"{root}/chat/completions"
+        self._url = URL(self.url)  # parsed once, not by aiohttp per request
         self.model = model
         # lagent's key="ENV" (or no key) means $OPENAI_API_KEY; a list of keys rotates.
         keys = [key] if isinstance(key, str) else list(key or [])
         keys = [k for k in keys if k and k != "ENV"] or [os.environ.get("OPENAI_API_KEY", "")]
         self._keys = itertools.cycle(keys)
+        self._rotating = len(keys) > 1
         self.retry = max(1, retry)  # lagent's meaning: attempts in all
         self.timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=timeout)
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.headers = {"Content-Type": "application/json", **(extra_headers or {})}
         if org:
             self.headers["OpenAI-Organization"] = org
+        self._fixed_headers = None if self._rotating else self._with_key(keys[0])
         self.max_connections = max_connections
         # aiohttp sessions belong to one event loop; sync callers run on per-thread loops.
         self._sessions = weakref.WeakKeyDictionary[_Loop, aiohttp.ClientSession]()
+        self._last: tuple[_Loop, aiohttp.ClientSession] | None = None  # the common case
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last[0] is loop and not last[1].closed:
+            return last[1]
         session = self._sessions.get(loop)
         if session is None or session.closed:
             connector = aiohttp.TCPConnector(limit=self.max_connections)
             session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)
             self._sessions[loop] = session
+        self._last = (loop, session)
         return session
 
     async def aclose(self) -> None:
         """Close this event loop's connections."""
-        session = self._sessions.pop(asyncio.get_running_loop(), None)
+        loop = asyncio.get_running_loop()
+        session = self._sessions.pop(loop, None)
+        if self._last is not None and self._last[0] is loop:
+            self._last = None
         if session is not None:
             await session.close()
 
-    def _headers(self) -> dict[str, str]:
-        key = next(self._keys)
+    def _with_key(self, key: str) -> dict[str, str]:
         return {**self.headers, "Authorization": f"Bearer {key}"} if key else self.headers
+
+    def _headers(self) -> dict[str, str]:
+        if self._fixed_headers is not None:
+            return self._fixed_headers
+        return self._with_key(next(self._keys))
 
     async def post(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
         """A 200 response, body unread, after at most ``retry`` attempts; else raise."""
         if self.model:
             body = {**body, "model": self.model}
+        data = json.dumps(body).encode()  # once, not per attempt; headers say it is JSON
         error: Exception | None = None
         for attempt in range(self.retry):
             delay = min(self.max_backoff_s, self.backoff_s * 2**attempt)
             try:
-                resp = await self._session().post(self.url, json=body, headers=self._headers())
+                resp = await self._session().post(self._url, data=data, headers=self._headers())
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 error = exc
             else:
