@@ -133,7 +133,11 @@ class AsyncBaseLLM:
 
     def update_gen_params(self, **kwargs: Any) -> dict[str, Any]:
         """This call's parameters: ``gen_params`` overridden by ``kwargs`` (not stored)."""
-        params = copy.deepcopy(self.gen_params)
+        # One level copied (stop_words and other lists/dicts), as deep as the parameters go in
+        # practice; a deepcopy was ~4 us per model call.
+        params = {
+            k: copy.copy(v) if isinstance(v, list | dict) else v for k, v in self.gen_params.items()
+        }
         params.update({k: v for k, v in kwargs.items() if v is not None})
         if isinstance(params.get("stop_words"), str):
             params["stop_words"] = [params["stop_words"]]

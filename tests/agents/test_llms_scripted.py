@@ -151,3 +151,12 @@ def test_importing_agents_llms_never_imports_vllm() -> None:
         "assert 'VllmModel' in m.__all__ and 'agents.llms.vllm' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_per_call_params_never_change_the_models_own() -> None:
+    llm = ScriptedLLM(["x"], stop_words=["<end>"], temperature=0.2)
+    params = llm.update_gen_params(temperature=0.9, top_p=None)
+    params["stop_words"].append("<other>")
+    assert params["temperature"] == 0.9 and params["top_p"] == llm.gen_params["top_p"]
+    assert llm.gen_params["stop_words"] == ["<end>"] and llm.gen_params["temperature"] == 0.2
+    assert llm.update_gen_params(stop_words="<s>")["stop_words"] == ["<s>"]
