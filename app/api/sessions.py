@@ -140,7 +140,8 @@ async def post_message(
     sub = await run_service.prepare_submission(
         state, who.tenant_id, session_id, body, idempotency_key
     )
-    run, _ = await runs.submit(sub)
+    # A JSON answer waits for the run's end anyway: a new run runs in this request's task.
+    run, created = await runs.submit(sub, inline=not body.stream)
     if body.stream:
         on_drop = None
         if body.on_disconnect == "cancel":
@@ -151,7 +152,10 @@ async def post_message(
         return run_event_response(
             runs, run.id, 0, state.settings, on_drop, {"Content-Location": f"/v1/runs/{run.id}"}
         )
-    await _wait_or_cancel(runs, run.id, request, body.on_disconnect == "cancel")
+    if created:
+        await _run_here(runs, run.id, request, body.on_disconnect == "cancel")
+    else:  # an earlier request's run (Idempotency-Key)
+        await _wait_or_cancel(runs, run.id, request, body.on_disconnect == "cancel")
     final = runs.result(run.id)  # finished here: its final state is in memory
     public = runs.result_public(run.id)
     if final is not None and public is not None:
@@ -161,6 +165,33 @@ async def post_message(
         async with state.sessionmaker() as db:
             final = await run_service.get_run(db, who.tenant_id, run.id)
     return RunResult(run=RunPublic.model_validate(run_public(final)), message=final.output)
+
+
+async def _run_here(runs: RunManager, run_id: str, request: Request, cancel: bool) -> None:
+    """Run the new run here; with ``cancel``, a client gone for good cancels it (checked every
+    0.5 s by a watcher started only once the run has lasted 0.5 s)."""
+    watcher: asyncio.Task[None] | None = None
+
+    def watch() -> None:
+        nonlocal watcher
+        watcher = asyncio.create_task(_cancel_when_gone(runs, run_id, request))
+
+    timer = asyncio.get_running_loop().call_later(0.5, watch) if cancel else None
+    try:
+        await runs.run_here(run_id)
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _cancel_when_gone(runs: RunManager, run_id: str, request: Request) -> None:
+    while True:  # polled: the request's receive channel is the only sign of a drop
+        if await request.is_disconnected():
+            runs.cancel_soon(run_id, "client_disconnected")
+            return
+        await asyncio.sleep(0.5)
 
 
 async def _wait_or_cancel(runs: RunManager, run_id: str, request: Request, cancel: bool) -> None:

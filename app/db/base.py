@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, configure_mappers
 from sqlalchemy.types import TypeDecorator
 
 NAMING_CONVENTION = {
@@ -46,6 +46,21 @@ class UTCDateTime(TypeDecorator[datetime]):
 def utcnow() -> datetime:
     """Now, in UTC."""
     return datetime.now(UTC)
+
+
+T = TypeVar("T", bound=Base)
+
+
+def transient(cls: type[T], **columns: Any) -> T:
+    """A transient ``cls`` with its columns set directly in its ``__dict__``, as the ORM loads
+    rows: no attribute events (~1 µs instead of ~15 for a Run). For objects kept in memory
+    (written with Core or raw SQL, or never): set every column; they are not change-tracked."""
+    mapper = cls.__mapper__
+    if not mapper.configured:  # attribute implementations are set up on configuration
+        configure_mappers()
+    obj: T = mapper.class_manager.new_instance()
+    obj.__dict__.update(columns)
+    return obj
 
 
 def new_id(prefix: str) -> str:

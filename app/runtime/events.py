@@ -48,12 +48,13 @@ class RunChannel:
         self.done = False
         self._sessionmaker = sessionmaker
         self._flush_s = flush_s
-        self._changed = asyncio.Condition()
+        self._waiters: list[asyncio.Future[None]] = []  # followers waiting for a change
         self._pending: dict[str, Any] | None = None  # a message.delta being coalesced
         self._unsaved: list[Event] = []
         self._last_publish = 0.0
         self._write_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # starts the flusher (see start)
 
     def seed(self, type_: str, data: dict[str, Any]) -> None:
         """Add the first event before anyone follows (``run.created``)."""
@@ -62,24 +63,35 @@ class RunChannel:
         self._unsaved.append(event)
 
     def start(self) -> None:
-        """Start the periodic flusher (at most ``flush_s`` between a delta and its storage)."""
+        """Start the periodic flusher (at most ``flush_s`` between a delta and its storage);
+        its task is created only when the first period ends (most turns end before)."""
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._flush_s, self._start_flusher)
+
+    def _start_flusher(self) -> None:
+        self._timer = None
         self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _flush_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._flush_s)
             await self._publish_pending()
             try:
                 await self.save()
             except Exception:  # keep streaming; the final save retries and reports
                 log.exception("run %s: saving events failed", self.run_id)
+            await asyncio.sleep(self._flush_s)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _append(self, type_: str, data: dict[str, Any]) -> Event:
         event = Event(len(self.events) + 1, type_, data)
         self.events.append(event)
         self._unsaved.append(event)
-        async with self._changed:
-            self._changed.notify_all()
+        self._wake()
         return event
 
     async def _publish_pending(self) -> None:
@@ -145,6 +157,9 @@ class RunChannel:
     async def stop_flushing(self) -> None:
         """Stop the periodic flusher (never in the middle of a save) and publish any pending
         delta: the run's last events are then written by the caller (``save_final``)."""
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         flusher, self._flusher = self._flusher, None
         if flusher is not None:
             async with self._write_lock:  # a save in flight completes first
@@ -172,16 +187,14 @@ class RunChannel:
         """The transaction of ``save_final`` committed: show ``event`` to followers."""
         self._unsaved = []
         self.events.append(event)
-        async with self._changed:
-            self._changed.notify_all()
+        self._wake()
 
     async def close(self) -> None:
         """Stop the flusher, store everything and wake followers for the last time."""
         await self.stop_flushing()
         await self.save()
         self.done = True
-        async with self._changed:
-            self._changed.notify_all()
+        self._wake()
 
     async def follow(self, after: int = 0) -> AsyncIterator[Event]:
         """Events with ``seq > after``, live until the run ends."""
@@ -192,6 +205,6 @@ class RunChannel:
                 yield self.events[position - 1]
             if self.done:
                 return
-            async with self._changed:
-                if position >= len(self.events) and not self.done:
-                    await self._changed.wait()
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter

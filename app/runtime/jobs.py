@@ -78,8 +78,10 @@ class Job:
     charge_later: Callable[[str, int], Awaitable[None]] | None = None  # see Submission
     held: RunHold | None = None  # PostgreSQL: the session's run lock, taken at admission
     tenant_limited: bool = True  # known at start: False when the tenant has no budget
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[Any] | None = None  # its own, or the request's (``inline``)
+    inline: bool = False  # run in the task of the request that waits for it (run_here)
     cancel_mode: str | None = None
+    cancel_sent: bool = False  # an inline job's task was cancelled by RunManager.cancel
     started: bool = False  # holds the session (queued until then; for the queue-depth gauge)
     finishing: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -110,7 +112,9 @@ class Turn:
 
 async def execute(manager: RunManager, job: Job) -> None:
     """Run ``job`` to a final status; never raises."""
-    run_id_var.set(job.run_id)  # this task's log lines carry the run id (its own context)
+    # The run's log lines carry its id; reset at the end, as an inline run shares its context
+    # with the request that runs it.
+    run_id_token = run_id_var.set(job.run_id)
     result = TurnResult()
     turn: Turn | None = None
     try:
@@ -151,6 +155,7 @@ async def execute(manager: RunManager, job: Job) -> None:
         await _guard(job.channel.close())
         job.done.set()
         manager.forget(job)
+        run_id_var.reset(run_id_token)
 
 
 async def _begin(manager: RunManager, job: Job, usage: Callable[[], Usage]) -> Turn:
@@ -342,10 +347,17 @@ async def _store_end_pg(
     args = (run, messages, rewrite, events, charge, run.finished_at)
     if hold is not None and hold.pg is not None and not hold.broken:
         try:
-            await pgturn.store_end(hold.pg, *args)
+            # Its commit also releases the session's run lock (no statement of its own).
+            held = await pgturn.store_end(
+                hold.pg, *args, unlock_key=hold.key if hold.locked else None
+            )
         except BaseException:
             hold.broken = True  # its lock is released by discarding the connection
             raise
+        if hold.locked:
+            if not held:
+                log.warning("run %s: the session's run lock was not held at its end", job.run_id)
+            hold.locked = False  # released: the connection goes back to the pool as is
     else:
         async with manager.engine.connect() as conn:
             await pgturn.store_end(await raw.driver(conn), *args)

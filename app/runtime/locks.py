@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,8 +18,9 @@ from app.db import raw
 from app.runtime import pgturn
 
 
+@functools.lru_cache(maxsize=4096)
 def advisory_key(name: str) -> int:
-    """A stable signed 64-bit key for ``pg_advisory_lock``."""
+    """A stable signed 64-bit key for ``pg_advisory_lock`` (recent ones cached)."""
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 

@@ -36,7 +36,7 @@ SESSION_TOKENS = (
 LOCK = "SELECT pg_advisory_lock($1)"
 UNLOCK = "SELECT pg_advisory_unlock($1)"
 DELETE_KEYS = "DELETE FROM messages WHERE session_pk = $1 AND key = ANY($2::text[])"
-END = """\
+_END_CTES = """\
 WITH msg AS (
     INSERT INTO messages (session_pk, key, index, data, run_id, created_at)
     SELECT $1, m.key, m.index, m.data, $2, $3
@@ -49,10 +49,21 @@ WITH msg AS (
     FROM json_to_recordset($6::json) AS e(seq integer, type text, data json)
 ), charge AS (
     UPDATE tenants SET tokens_used = tokens_used + $7::bigint WHERE id = $8 AND $7::bigint > 0
-)
+)"""
+_END_RUN = """\
 UPDATE runs SET status = $9, stop_reason = $10, output = $11::json, error = $12::json,
     prompt_tokens = $13, completion_tokens = $14, finished_at = $3
 WHERE id = $2"""
+END = f"{_END_CTES}\n{_END_RUN}"
+# The same, releasing the session's run lock ($15, session-level) at its commit: a transaction
+# lock on the same key is taken first (granted at once: this connection holds the key), then
+# the session-level one is released; the transaction lock then holds the session until the
+# commit that makes the end visible. The SELECT always runs (unlike a clause of the UPDATE,
+# which a deleted run row would skip); it answers whether the lock was held.
+END_UNLOCK = f"""{_END_CTES}, fin AS (
+{_END_RUN}
+)
+SELECT pg_advisory_unlock($15) FROM (SELECT pg_advisory_xact_lock($15) OFFSET 0) AS held"""
 
 
 @dataclass
@@ -109,10 +120,13 @@ async def store_end(
     events: list[dict[str, Any]],
     charge: int,
     finished_at: datetime,
-) -> None:
+    unlock_key: int | None = None,
+) -> bool:
     """Store a run's end in one implicit transaction (two statements in an explicit one when
-    a memory key was cut and is rewritten, which is rare)."""
-    args = (
+    a memory key was cut and is rewritten, which is rare). ``unlock_key``: also release the
+    session's run lock, held by ``pg``, when that transaction commits; returns whether that
+    lock was held (False without ``unlock_key``)."""
+    args: tuple[Any, ...] = (
         run.session_pk,
         run.id,
         finished_at,
@@ -128,12 +142,22 @@ async def store_end(
         run.prompt_tokens,
         run.completion_tokens,
     )
+    sql = END
+    if unlock_key is not None:
+        sql, args = END_UNLOCK, (*args, unlock_key)
     if not rewrite:
-        await raw.execute(pg, END, *args)
-        return
+        return await _end(pg, sql, args)
     try:
         async with pg.transaction():
             await raw.execute(pg, DELETE_KEYS, run.session_pk, rewrite)
-            await raw.execute(pg, END, *args)
+            return await _end(pg, sql, args)
     except raw.DRIVER_ERRORS as exc:  # BEGIN or COMMIT
         raise raw.DriverError(f"{type(exc).__name__}: {exc}") from exc
+
+
+async def _end(pg: Any, sql: str, args: tuple[Any, ...]) -> bool:
+    if sql is END:
+        await raw.execute(pg, sql, *args)
+        return False
+    row = await raw.fetchrow(pg, sql, *args)
+    return bool(row[0])

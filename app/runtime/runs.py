@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -14,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db import raw
-from app.db.base import new_id, utcnow
+from app.db.base import new_id, transient, utcnow
 from app.db.models import Run, RunEvent
 from app.db.models import Session as SessionRow
 from app.errors import NotFound, SessionBusy
@@ -29,7 +30,7 @@ from app.runtime.notify import CancelBus
 from app.runtime.registry import ServableAgent
 from app.runtime.writes import WriteGate
 from app.schemas.agents import AgentSpec
-from app.schemas.sessions import TERMINAL, RunPublic
+from app.schemas.sessions import TERMINAL
 
 log = logging.getLogger(__name__)
 RUNS = cast(sa.Table, Run.__table__)
@@ -60,25 +61,35 @@ class Submission:
 
 
 def run_public(run: Run) -> dict[str, Any]:
-    """The API shape of a run (JSON-ready)."""
-    return RunPublic(
-        id=run.id,
-        session_id=run.session_id,
-        agent=run.agent,
-        status=run.status,
-        stop_reason=run.stop_reason,
-        input=run.input,
-        output=run.output,
-        error=run.error,
-        usage={
-            "prompt_tokens": run.prompt_tokens,
-            "completion_tokens": run.completion_tokens,
-            "total_tokens": run.prompt_tokens + run.completion_tokens,
+    """The API shape of a run (JSON-ready): ``RunPublic(...).model_dump(mode="json")``, built
+    directly (the run's JSON columns already hold JSON-ready values; tests check both agree)."""
+    prompt, completion = run.prompt_tokens, run.completion_tokens
+    return {
+        "id": run.id,
+        "session_id": run.session_id,
+        "agent": run.agent,
+        "status": run.status,
+        "stop_reason": run.stop_reason,
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
         },
-        created_at=run.created_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-    ).model_dump(mode="json")
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    """A datetime as pydantic's JSON mode writes it (UTC as ``Z``)."""
+    if value is None:
+        return None
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def _columns(run: Run) -> dict[str, Any]:
@@ -116,10 +127,13 @@ class RunManager:
 
     public = staticmethod(run_public)
 
-    async def submit(self, sub: Submission) -> tuple[Run, bool]:
-        """Create (or, with a known Idempotency-Key, find) the run; returns (run, created)."""
+    async def submit(self, sub: Submission, inline: bool = False) -> tuple[Run, bool]:
+        """Create (or, with a known Idempotency-Key, find) the run; returns (run, created).
+
+        ``inline``: the run gets no task of its own; a created run must be run at once by the
+        caller, with ``run_here`` (a request that waits for the run's end anyway)."""
         if self.locks.postgres and not sub.idempotency_key:
-            return await self._submit_pg(sub), True
+            return await self._submit_pg(sub, inline), True
         if sub.conn is not None:
             conn, sub.conn = sub.conn, None
             await conn.close()
@@ -163,10 +177,10 @@ class RunManager:
             mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
             for run_id in to_cancel:
                 await self.cancel(run_id, mode)
-            self._start(sub, run, None if active else rev)
+            self._start(sub, run, None if active else rev, inline=inline)
         return run, True
 
-    async def _submit_pg(self, sub: Submission) -> Run:
+    async def _submit_pg(self, sub: Submission, inline: bool = False) -> Run:
         """PostgreSQL: admit the run in one round trip (``agentstation_admit``); an idle
         session's run keeps the admission's connection, which holds the session's run lock."""
         session_pk = sub.session.pk
@@ -205,9 +219,9 @@ class RunManager:
                     for run_id in got.active:
                         await self.cancel(run_id, mode)
                 if hold.locked:
-                    self._start(sub, run, got.rev, hold)
+                    self._start(sub, run, got.rev, hold, inline)
                 else:
-                    self._start(sub, run, None)  # reads the revision when it starts
+                    self._start(sub, run, None, inline=inline)  # reads the revision at start
         except BaseException:
             await self.locks.release(hold)  # before the job owns it (else a no-op)
             raise
@@ -224,7 +238,8 @@ class RunManager:
     def _new_run(self, sub: Submission, running: bool) -> Run:
         message = input_message(sub.message)
         now = utcnow()
-        return Run(
+        return transient(
+            Run,
             id=new_id("run"),
             tenant_id=sub.tenant_id,
             session_pk=sub.session.pk,
@@ -246,11 +261,17 @@ class RunManager:
         )
 
     def _start(
-        self, sub: Submission, run: Run, rev: int | None, held: RunHold | None = None
+        self,
+        sub: Submission,
+        run: Run,
+        rev: int | None,
+        held: RunHold | None = None,
+        inline: bool = False,
     ) -> None:
-        """Start the run's task; ``rev`` is the memory revision read at admission (None when
-        the run is queued: it reads it, and the budget, when it starts); ``held``: the
-        session's run lock, taken at admission (PostgreSQL)."""
+        """Start the run's task (``inline``: the caller runs it, see ``run_here``); ``rev`` is
+        the memory revision read at admission (None when the run is queued: it reads it, and
+        the budget, when it starts); ``held``: the session's run lock, taken at admission
+        (PostgreSQL)."""
         channel = RunChannel(run.id, self.sessionmaker, self.flush_s, self.writes)
         job = Job(
             run=run,
@@ -274,9 +295,30 @@ class RunManager:
         # run.created is the first event (seq 1) of every run.
         channel.seed("run.created", {"run": run_public(run)})
         channel.start()
+        if inline:
+            job.task = asyncio.current_task()
+            job.inline = True
+            return
         job.task = asyncio.create_task(execute(self, job), name=f"run-{run.id}")
         if held is not None:  # a task cancelled before its first step never ran execute()
             job.task.add_done_callback(lambda _task: self._release_unclaimed(job))
+
+    async def run_here(self, run_id: str) -> None:
+        """Run a job submitted with ``inline=True`` in the calling task, to its end: no task
+        of its own and no wake-up of the waiting request. ``cancel`` cancels the calling task
+        meanwhile, as it would the run's own task; that cancellation ends here."""
+        job = self.jobs[run_id]
+        task = asyncio.current_task()
+        assert job.inline and job.task is task and task is not None
+        try:
+            await execute(self, job)
+        except asyncio.CancelledError:
+            if not job.cancel_sent:
+                raise
+        finally:
+            if job.cancel_sent:  # ours: the caller goes on (and answers with the run's end)
+                job.cancel_sent = False
+                task.uncancel()
 
     def _release_unclaimed(self, job: Job) -> None:
         held, job.held = job.held, None
@@ -288,10 +330,12 @@ class RunManager:
     def forget(self, job: Job) -> None:
         """Called by a finished job: drop it now, its channel after a grace period."""
         self.jobs.pop(job.run_id, None)
-        loop = asyncio.get_running_loop()
-        loop.call_later(KEEP_CHANNEL_S, self.channels.pop, job.run_id, None)
-        loop.call_later(KEEP_CHANNEL_S, self.finished.pop, job.run_id, None)
-        loop.call_later(KEEP_CHANNEL_S, self.finished_public.pop, job.run_id, None)
+        asyncio.get_running_loop().call_later(KEEP_CHANNEL_S, self._drop_finished, job.run_id)
+
+    def _drop_finished(self, run_id: str) -> None:
+        self.channels.pop(run_id, None)
+        self.finished.pop(run_id, None)
+        self.finished_public.pop(run_id, None)
 
     def result(self, run_id: str) -> Run | None:
         """The final state of a run this process finished recently (None: read the database)."""
@@ -323,6 +367,7 @@ class RunManager:
             return
         if job.cancel_mode is None:
             job.cancel_mode = mode
+            job.cancel_sent = job.inline  # see run_here
             job.task.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(job.done.wait()), self.cancel_timeout_s * 5)

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import raw
+from app.db.base import transient
 from app.db.models import Agent, AgentVersion, Run, Tenant
 from app.db.models import Session as SessionRow
 from app.errors import NotFound, Unavailable
@@ -137,7 +138,8 @@ async def _lookup_pg(
     name, raw_spec, budget, used = found[9:]
     if raw_spec is None:
         raise NotFound(f"agent version {version} not found")
-    row = SessionRow(
+    row = transient(
+        SessionRow,
         pk=pk,
         tenant_id=tenant,
         id=sid,

@@ -16,8 +16,12 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import raw
+from app.db.models import Run
 from app.main import create_app
 from app.ops.budget_store import set_tenant_budget, tenant_budget
+from app.runtime.locks import advisory_key
+from app.runtime.runs import run_public
+from app.schemas.sessions import RunPublic
 from app.settings import Settings
 from tests.app.conftest import (
     KEY_A,
@@ -28,10 +32,11 @@ from tests.app.conftest import (
 
 # A turn of an idle session, answered as JSON: (statements, explicit transactions). Before the
 # fixes: 18 statements in 8 (SQLite) or 9 (PostgreSQL) transactions; then 7 in 3 (SQLite) and
-# 8 in 3 (PostgreSQL). On PostgreSQL now 4 statements sent straight to asyncpg, each in autocommit
+# 8 in 3 (PostgreSQL). On PostgreSQL now 3 statements sent straight to asyncpg, each in autocommit
 # (its own implicit transaction): lookup, admission (agentstation_admit, which takes the
-# session's run lock), the run's end (one statement with CTEs) and the run lock's release.
-TURN_COST = {"sqlite": (7, 3), "postgresql": (4, 0)}
+# session's run lock) and the run's end (one statement with CTEs, which also releases the run
+# lock at its commit; it was a 4th statement).
+TURN_COST = {"sqlite": (7, 3), "postgresql": (3, 0)}
 
 
 @dataclass
@@ -282,3 +287,60 @@ async def test_a_raw_statement_on_a_lost_connection_is_a_503_and_leaks_nothing(
     pool = engine_of(app).sync_engine.pool
     await settle(app)
     assert pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_the_session_is_free_when_the_answer_comes(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """The run lock is released by the end's own commit: nothing is left to do after the
+    answer, and the next turn is admitted at once (``running``, not ``queued``)."""
+    await make_agent(client)
+    sid = await make_session(client)
+    for i in range(3):
+        await turn(client, sid, f"turn {i}")
+        assert not app.state.agentstation.runs.jobs  # nothing of the run outlives its answer
+        engine = engine_of(app)
+        if engine.dialect.name == "postgresql":
+            async with engine.connect() as conn:
+                row = await conn.exec_driver_sql("SELECT pk FROM sessions WHERE id = $1", (sid,))
+                key = advisory_key(str(row.scalar_one()))
+                free = await conn.exec_driver_sql("SELECT pg_try_advisory_lock($1)", (key,))
+                assert free.scalar_one() is True
+                await conn.exec_driver_sql("SELECT pg_advisory_unlock($1)", (key,))
+                await conn.commit()
+    runs = (await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]
+    assert [r["status"] for r in runs] == ["completed"] * 3
+
+
+async def test_run_public_is_what_the_schema_dumps(client: httpx.AsyncClient, app: FastAPI) -> None:
+    """``run_public`` builds the API shape directly: the same dict as ``RunPublic``'s JSON dump,
+    for a run kept in memory and for the same run read back."""
+    await make_agent(client)
+    sid = await make_session(client)
+    data = await turn(client, sid, "hello")
+    state = app.state.agentstation
+    async with state.sessionmaker() as db:
+        stored = await db.get(Run, data["run"]["id"])
+    assert stored is not None
+    for run in (stored, state.runs.finished[data["run"]["id"]]):
+        assert run_public(run) == RunPublic.model_validate(run_public(run)).model_dump(mode="json")
+        expected = RunPublic(
+            id=run.id,
+            session_id=run.session_id,
+            agent=run.agent,
+            status=run.status,
+            stop_reason=run.stop_reason,
+            input=run.input,
+            output=run.output,
+            error=run.error,
+            usage={
+                "prompt_tokens": run.prompt_tokens,
+                "completion_tokens": run.completion_tokens,
+                "total_tokens": run.prompt_tokens + run.completion_tokens,
+            },
+            created_at=run.created_at,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+        ).model_dump(mode="json")
+        assert run_public(run) == expected
+    assert data["run"] == run_public(stored)
