@@ -15,9 +15,13 @@ SystemInstruction = str | dict[str, Any] | Sequence[dict[str, Any]]
 _TOOL_KEYS = frozenset({"tool_type", "thought", "action", "status"})
 
 
-def _messages_of(messages: Memory | Iterable[AgentMessage] | None) -> list[AgentMessage]:
+def _messages_of(messages: Memory | Iterable[AgentMessage] | None) -> Sequence[AgentMessage]:
+    """The messages to read (not copied when they are a plain ``Memory``'s whole list: the
+    aggregators only read them)."""
     if messages is None:
         return []
+    if type(messages) is Memory and messages.recent_n is None:
+        return messages.memory
     if isinstance(messages, Memory):
         return messages.get_memory()
     return list(messages)
@@ -44,21 +48,28 @@ class DefaultAggregator:
         out: Messages = []
         if system_instruction:
             out.extend(self.aggregate_system_instruction(system_instruction))
+        # One pass over the whole history per model call: kept tight (no lookups in the last
+        # turn's dict, no conversion of text that is already a string).
+        last = out[-1] if out else None
+        merge = last is not None and last["role"] == "user" and isinstance(last["content"], str)
+        append = out.append
         for message in _messages_of(messages):
+            content = message.content
             if message.sender == name:
-                out.append({"role": "assistant", "content": str(message.content)})
+                if type(content) is not str:
+                    content = str(content)
+                append({"role": "assistant", "content": content})
+                merge = False
                 continue
-            content = _content(message)
-            last = out[-1] if out else None
-            if (
-                last
-                and last["role"] == "user"
-                and isinstance(last["content"], str)
-                and isinstance(content, str)
-            ):
+            if type(content) is not str:
+                content = _content(message)
+            if merge and isinstance(content, str):
+                assert last is not None
                 last["content"] += content
             else:
-                out.append({"role": "user", "content": content})
+                last = {"role": "user", "content": content}
+                append(last)
+                merge = isinstance(content, str)
         return out
 
     @staticmethod

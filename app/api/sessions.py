@@ -101,7 +101,7 @@ async def put_memory(
     if await service.active_run(db, row.pk) is not None:
         raise SessionBusy(session_id)
     keys = await service.memory_keys(db, app_state, row, agent)
-    return await service.replace_memory(db, row, state, keys)
+    return await service.replace_memory(db, row, state, keys, app_state.run_manager.memory)
 
 
 @router.post("/{session_id}/reset")

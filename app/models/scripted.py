@@ -17,9 +17,34 @@ def split_words(text: str) -> list[str]:
     return _PIECE.findall(text)
 
 
-def count_words(messages: Messages) -> int:
-    """Prompt size in words (the scripted backend's token unit)."""
-    return sum(len(str(m.get("content") or "").split()) for m in messages)
+def count_words(
+    messages: Messages,
+    _kept: dict[str | None, int] = {},  # noqa: B006
+    _size: list[int] = [0],  # noqa: B006
+) -> int:
+    """Prompt size in words (the scripted backend's token unit). A session's whole history is
+    counted on every turn, so each text's count is kept: ``_kept`` (this function's own, text ->
+    count), emptied when the texts kept reach 8 million characters (``_size``)."""
+    contents = [m.get("content") for m in messages]
+    try:  # every text seen before: no split, no Python loop
+        return sum(map(_kept.__getitem__, contents))
+    except (KeyError, TypeError):  # a new text, or content that is not text
+        pass
+    total = 0
+    for content in contents:
+        if content is not None and type(content) is not str:
+            total += len(str(content or "").split())
+            continue
+        n = _kept.get(content)
+        if n is None:
+            text = content or ""
+            if _size[0] + len(text) > 8_000_000:
+                _kept.clear()
+                _size[0] = 0
+            n = _kept[content] = len(text.split())
+            _size[0] += len(text)
+        total += n
+    return total
 
 
 class ScriptedModelLLM(AsyncBaseLLM):

@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.event import listen
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.memory import load_message as load_memory_message
 from app.db.base import new_id, utcnow
 from app.db.models import Agent, Message, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
+from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message, load_message
-from app.runtime.runner import bump_memory_rev, load_state
+from app.runtime.runner import SESSIONS, bump_memory_rev, load_state, memory_rev_bump
 from app.schemas.sessions import SessionCreate, SessionPublic
 from app.services.agents import agent_spec, get_agent
 from app.services.pages import check_limit, page
@@ -127,9 +130,16 @@ async def memory_keys(db: AsyncSession, state: AppState, row: SessionRow, agent:
 
 
 async def replace_memory(
-    db: AsyncSession, row: SessionRow, state: dict[str, Any], keys: set[str] | None = None
+    db: AsyncSession,
+    row: SessionRow,
+    state: dict[str, Any],
+    keys: set[str] | None = None,
+    cache: MemoryCache | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Replace the stored state_dict (import, fork); entries must be AgentMessages."""
+    """Replace the stored state_dict (import, fork); entries must be AgentMessages.
+
+    ``cache``: once the caller's transaction commits, the new memory is kept there at its new
+    revision, so the session's next turn neither reads nor re-validates it."""
     cleaned: dict[str, list[dict[str, Any]]] = {}
     for key, items in state.items():
         if keys is not None and key not in keys:
@@ -152,9 +162,14 @@ async def replace_memory(
     )
     row.updated_at = utcnow()
     await db.flush()
-    await bump_memory_rev(db, row.pk)  # in-process copies of the old memory go stale
+    # In-process copies of the old memory go stale.
+    rev = await db.scalar(memory_rev_bump(row.pk).returning(SESSIONS.c.memory_rev))
     for key in keys or ():
         cleaned.setdefault(key, [])
+    if cache is not None and keys is not None and rev is not None:
+        lists = {key: [load_memory_message(m) for m in cleaned[key]] for key in keys}
+        # Kept only if this transaction commits (its revision then names exactly this memory).
+        listen(db.sync_session, "after_commit", lambda _s: cache.put(row.pk, rev, lists), once=True)
     return dict(sorted(cleaned.items()))
 
 

@@ -160,6 +160,28 @@ async def test_long_history_is_not_reloaded_and_only_new_messages_are_written(
     assert len(stored) == 304
 
 
+async def test_replaced_memory_is_kept_for_the_next_turn(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """PUT /memory keeps what it stored, at its new revision, once its transaction commits:
+    the next turn reads no history; a PUT that fails keeps nothing."""
+    await make_agent(client)
+    sid = await make_session(client)
+    senders = ("user", "helper")  # not merged into one user turn: one word each
+    history = [{"content": f"m{i}", "sender": senders[i % 2]} for i in range(50)]
+    assert (await client.put(f"/v1/sessions/{sid}/memory", json={"memory": history})).is_success
+    with counting(engine_of(app)) as counter:
+        data = await turn(client, sid, "first")
+        await settle(app)
+    assert not any("FROM messages" in s for s in counter.statements), counter.statements
+    assert data["run"]["usage"]["prompt_tokens"] == 50 + 1  # "m0" … "m49" and "first"
+    bad = await client.put(f"/v1/sessions/{sid}/memory", json={"memory": [{"x": 1}]})
+    assert bad.status_code == 422
+    stored = await memory(client, sid)
+    assert [m["content"] for m in stored[:50]] == [f"m{i}" for i in range(50)]
+    assert len(stored) == 52
+
+
 async def test_replacing_the_memory_is_seen_by_the_next_turn(client: httpx.AsyncClient) -> None:
     await make_agent(client)
     sid = await make_session(client)
