@@ -7,12 +7,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from agents.agent import BaseAgent
 from app.models.registry import ModelRegistry
 from app.ops.tenant_usage import TenantUsage
 from app.runtime.registry import BuildContext, Registry, ServableAgent
 from app.runtime.runs import RunManager
 from app.schemas.agents import AgentSpec
-from app.services.agent_directory import AgentDirectory
+from app.services.agent_directory import AgentDirectory, AgentInfo
 from app.services.auth import Authenticator
 from app.settings import Settings
 
@@ -38,6 +39,28 @@ class AppState:
         llms = {name: h.llm for name, h in self.models.handles.items()}
         ctx = BuildContext(llms=llms, kernel_pool=self.kernel_pool, name=name)
         return self.registry.build(spec, ctx)
+
+    def stateless_agent(self, info: AgentInfo) -> ServableAgent:
+        """The agent a stateless request of ``info`` runs in.
+
+        A kind the registry marks shared is built once per directory entry (tenant, name,
+        version) and serves concurrent requests, each under a session id of its own whose
+        memory the caller drops afterwards (so it must be a ``BaseAgent``); other kinds are
+        built per request. The shared object is rebuilt if the model's LLM object changed.
+        """
+        spec = info.spec
+        if not self.registry.shared(spec):
+            return self.build_agent(spec, info.name)
+        handle = self.models.get(spec.model or "")
+        llm = handle.llm if handle is not None else None
+        built = info.built
+        if built is None or built[0] is not llm:
+            agent = self.build_agent(spec, info.name)
+            if not isinstance(agent, BaseAgent):  # its sessions' memory could not be dropped
+                return agent
+            built = info.built = (llm, agent)
+        shared: ServableAgent = built[1]
+        return shared
 
     @property
     def run_manager(self) -> RunManager:

@@ -126,11 +126,12 @@ async def chat_completions(request: Request) -> Any:
             run, _ = await state.run_manager.submit(sub)
             pieces = chat.run_pieces(state, run.id)
         else:
-            spec = agent.spec
-            chat.check_ready(state, spec)
-            chat.split_input(body.messages)  # 400 before any byte is streamed
+            chat.check_ready(state, agent.spec)
+            split = chat.split_input(body.messages)  # 400 before any byte is streamed
             budget = await chat.preflight_tenant(state, who.tenant_id)  # 429 for a spent budget
-            pieces = chat.stateless_pieces(state, spec, agent.name, body, who.tenant_id, budget)
+            pieces = chat.stateless_pieces(
+                state, agent, body, who.tenant_id, budget, split, deltas=body.stream
+            )
         if body.stream:
             return await _sse(chat.chunks(agent.name, pieces, include_usage))
         final = chat.Piece()

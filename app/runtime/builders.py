@@ -94,7 +94,9 @@ BUILTIN_TOOLS = {
 
 def register_builtins(registry: Registry) -> None:
     """The kinds and tools every installation has."""
-    registry.add_kind("agent", build_agent, supports_tools=False)
+    # One model call per message, no tools and no hooks: its memory is its only per-session
+    # state, so stateless requests share one built object (AppState.stateless_agent).
+    registry.add_kind("agent", build_agent, supports_tools=False, shared=True)
     registry.add_kind("tool_agent", build_tool_agent)
     for name, (module, cls) in BUILTIN_TOOLS.items():
         registry.add_tool(name, _lazy_tool(module, cls))

@@ -54,11 +54,18 @@ ToolFactory = Callable[..., Any]
 
 @dataclass
 class AgentKind:
-    """A registered agent kind."""
+    """A registered agent kind.
+
+    ``shared``: one built agent may serve concurrent stateless requests, each under its own
+    session id (lagent's design: memory per session id, and nothing else in the agent, its
+    LLM, aggregator or output parser kept per call). Kinds from entry points are not shared
+    unless they say so; a tool agent (executors, kernels) is built per request.
+    """
 
     name: str
     build: AgentBuilder
     supports_tools: bool = True
+    shared: bool = False
 
 
 @dataclass
@@ -68,9 +75,11 @@ class Registry:
     kinds: dict[str, AgentKind] = field(default_factory=dict)
     tools: dict[str, ToolFactory] = field(default_factory=dict)
 
-    def add_kind(self, name: str, build: AgentBuilder, supports_tools: bool = True) -> None:
-        """Register an agent kind."""
-        self.kinds[name] = AgentKind(name, build, supports_tools)
+    def add_kind(
+        self, name: str, build: AgentBuilder, supports_tools: bool = True, shared: bool = False
+    ) -> None:
+        """Register an agent kind (``shared``: see ``AgentKind``)."""
+        self.kinds[name] = AgentKind(name, build, supports_tools, shared)
 
     def add_tool(self, name: str, factory: ToolFactory) -> None:
         """Register a tool."""
@@ -125,6 +134,11 @@ class Registry:
         """A fresh agent object for ``spec``."""
         ctx.registry = self
         return self.kinds[spec.kind].build(spec, ctx)
+
+    def shared(self, spec: AgentSpec) -> bool:
+        """Whether one agent built for ``spec`` may serve concurrent stateless requests."""
+        kind = self.kinds.get(spec.kind)
+        return kind is not None and kind.shared
 
     def build_tools(self, spec: AgentSpec, ctx: BuildContext) -> list[Any]:
         """The spec's tool objects."""

@@ -176,6 +176,11 @@ class _Segmenter:
         self.text = None
 
 
+def turn_params(agent: ServableAgent, gen_params: dict[str, Any]) -> dict[str, Any]:
+    """A turn's LLM parameters: the spec's (set by the builder), overridden by the run's."""
+    return {**getattr(agent, "agentstation_gen_params", {}), **gen_params}
+
+
 async def stream_turn(
     agent: ServableAgent,
     message: AgentMessage,
@@ -187,7 +192,7 @@ async def stream_turn(
     """Run one turn, yielding chunks; ``channel`` (if any) receives the events."""
     result = result if result is not None else TurnResult()
     segmenter = _Segmenter(channel, result)
-    params = {**getattr(agent, "agentstation_gen_params", {}), **gen_params}
+    params = turn_params(agent, gen_params)
     async for chunk in agent.stream(message, session_id=session_key, **params):
         await segmenter.feed(chunk)
         yield chunk

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.agent import BaseAgent
 from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
 from app.errors import BadRequest, NotFound, Unavailable
 from app.ops.budget import RunBudget, budget_scope
 from app.ops.budget_store import preflight
 from app.runtime.messages import dump_message
-from app.runtime.runner import stream_turn
+from app.runtime.runner import turn_params
 from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec, GenParams
 from app.schemas.openai import ChatCompletionRequest, ChatMessage
@@ -26,9 +30,10 @@ from app.services.sessions import create_session, get_session
 from app.state import AppState
 
 _TEXT_STATES = (int(AgentStatusCode.STREAM_ING), int(AgentStatusCode.END))
+_END = int(AgentStatusCode.END)
 
 
-@dataclass
+@dataclass(slots=True)
 class Piece:
     """Text for the client, or the end of the answer."""
 
@@ -46,18 +51,23 @@ def split_input(messages: list[ChatMessage]) -> tuple[list[ChatMessage], str]:
         cut -= 1
     if cut == len(messages):
         raise BadRequest("the last message must come from the user", param="messages")
+    if cut == len(messages) - 1:  # one new message (the common case)
+        return messages[:cut], messages[cut].text()
     return messages[:cut], "\n\n".join(m.text() for m in messages[cut:])
+
+
+def history_agent_messages(history: list[ChatMessage], agent_name: str) -> list[AgentMessage]:
+    """Earlier turns as AgentMessages (system/tool messages: the agent has its own)."""
+    return [
+        AgentMessage(sender="user" if m.role == "user" else agent_name, content=m.text())
+        for m in history
+        if m.role in ("user", "assistant")
+    ]
 
 
 def history_messages(history: list[ChatMessage], agent_name: str) -> list[dict[str, Any]]:
     """Earlier turns as AgentMessage dumps (system/tool messages: the agent has its own)."""
-    out = []
-    for m in history:
-        if m.role == "user":
-            out.append(dump_message(AgentMessage(sender="user", content=m.text())))
-        elif m.role == "assistant":
-            out.append(dump_message(AgentMessage(sender=agent_name, content=m.text())))
-    return out
+    return [dump_message(m) for m in history_agent_messages(history, agent_name)]
 
 
 def content_text(content: Any) -> str:
@@ -77,51 +87,78 @@ class _Texts:
             return ""
         text = content_text(content)
         out = text[len(self.sent) :] if text.startswith(self.sent) else text
-        self.sent = "" if state == int(AgentStatusCode.END) else text
+        self.sent = "" if state == _END else text
         return out
+
+
+# Session ids of stateless requests: unique in the process (a shared agent holds the memory of
+# every request in flight under its own id), and across processes by the random prefix.
+_STATELESS_PREFIX = f"stateless:{uuid.uuid4().hex[:12]}:"
+_stateless_ids = itertools.count()
 
 
 async def stateless_pieces(
     state: AppState,
-    spec: AgentSpec,
-    agent_name: str,
+    agent_info: AgentInfo,
     req: ChatCompletionRequest,
     tenant_id: str | None = None,
     figures: tuple[int | None, int] | None = None,
+    split: tuple[list[ChatMessage], str] | None = None,
+    deltas: bool = True,
 ) -> AsyncIterator[Piece]:
     """Run the agent over the request's messages without storing anything (but its usage).
 
-    ``figures``: the tenant's (budget, used) from ``preflight_tenant`` (read here if omitted).
+    The agent may be shared with concurrent requests (``AppState.stateless_agent``): this one
+    runs under a session id of its own, whose memory is dropped when it ends, however it ends.
+    ``figures``: the tenant's (budget, used) from ``preflight_tenant`` (read here if omitted);
+    ``split``: ``split_input(req.messages)`` if the caller made it; ``deltas`` False: only the
+    final piece (a whole, non-streamed answer).
     """
+    spec = agent_info.spec
     check_ready(state, spec)
-    history, text = split_input(req.messages)
-    agent = state.build_agent(spec, agent_name)
-    key = f"stateless:{uuid.uuid4().hex}"
-    memory = agent.state_dict(key)
-    memory["memory"] = history_messages(history, agent_name)
-    agent.load_state_dict(memory, session_id=key)
+    history, text = split if split is not None else split_input(req.messages)
+    agent = state.stateless_agent(agent_info)
+    key = f"{_STATELESS_PREFIX}{next(_stateless_ids)}"
     texts = _Texts()
     answer = ""
-    if tenant_id is not None and figures is None:
-        figures = await state.tenant_usage.figures(tenant_id)
-    limit, used = figures or (None, 0)
-    with (
-        usage_scope() as usage,
-        budget_scope(RunBudget.build(usage, tenant_limit=limit, tenant_used=used)),
-    ):
-        try:
-            async for chunk in stream_turn(
-                agent, AgentMessage(sender="user", content=text), key, req.gen_params()
-            ):
-                if out := texts.piece(chunk.content, int(chunk.stream_state)):
-                    yield Piece(out)
-                if int(chunk.stream_state) == int(AgentStatusCode.END):
-                    answer = content_text(chunk.content)
-        finally:
-            if tenant_id is not None:  # the tenant's budget counts stateless runs too
-                await state.tenant_usage.charge(
-                    tenant_id, usage.total_tokens, limited=limit is not None
+    try:
+        if isinstance(agent, BaseAgent):
+            # A new session id has no memory: only earlier turns need adding (no dump/load).
+            if history:
+                agent.update_memory(history_agent_messages(history, agent_info.name), key)
+        else:
+            memory = agent.state_dict(key)
+            memory["memory"] = history_messages(history, agent_info.name)
+            agent.load_state_dict(memory, session_id=key)
+        if tenant_id is not None and figures is None:
+            figures = await state.tenant_usage.figures(tenant_id)
+        limit, used = figures or (None, 0)
+        with usage_scope() as usage, ExitStack() as scopes:
+            if limit is not None:  # without a tenant budget there is nothing to check
+                budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used)
+                scopes.enter_context(budget_scope(budget))
+            try:
+                # The agent's stream itself: a stateless turn has no events or messages to
+                # keep, so stream_turn's segmenter (which dumps every message) is not needed.
+                stream = agent.stream(
+                    AgentMessage(sender="user", content=text),
+                    session_id=key,
+                    **turn_params(agent, req.gen_params()),
                 )
+                async for chunk in stream:
+                    stream_state = int(chunk.stream_state)
+                    if deltas and (out := texts.piece(chunk.content, stream_state)):
+                        yield Piece(out)
+                    if stream_state == _END:
+                        answer = content_text(chunk.content)
+            finally:
+                if tenant_id is not None:  # the tenant's budget counts stateless runs too
+                    await state.tenant_usage.charge(
+                        tenant_id, usage.total_tokens, limited=limit is not None
+                    )
+    finally:
+        if isinstance(agent, BaseAgent):
+            agent.reset(key, recursive=True)  # nothing of this request stays in the agent
     yield Piece(final=True, usage=usage, answer=answer)
 
 
@@ -192,10 +229,15 @@ def check_ready(state: AppState, spec: AgentSpec) -> None:
         raise Unavailable(f"model {spec.model!r} is not ready", code="model_not_ready")
 
 
+def completion_id() -> str:
+    """``chatcmpl-`` and 32 hex digits: an identifier, not a secret (no urandom syscall)."""
+    return f"chatcmpl-{random.getrandbits(128):032x}"
+
+
 def completion(model: str, text: str, usage: Usage, finish: str = "stop") -> dict[str, Any]:
     """A whole chat.completion object."""
     return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "id": completion_id(),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
@@ -216,7 +258,7 @@ async def chunks(
 ) -> AsyncIterator[dict[str, Any]]:
     """chat.completion.chunk objects: role in the first delta only, usage last if asked."""
     base = {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "id": completion_id(),
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,

@@ -15,12 +15,13 @@ from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.cache import TTLCache
+from app.cache import TTLCache, invalidate
 from app.db.base import utcnow
 from app.db.models import Agent, ApiKey, Tenant
 from app.main import create_app
 from app.ops.budget_store import set_tenant_budget
 from app.ops.tenant_usage import TenantUsage
+from app.services.agent_directory import KIND as AGENTS_KIND
 from app.services.auth import create_key
 from app.settings import Settings
 from app.state import AppState
@@ -201,6 +202,49 @@ async def test_another_replica_sees_a_new_agent_within_the_ttl(
     assert stale.status_code == 404  # cached "no such agent"
     clock.now += state_of(app).settings.agent_cache_ttl_s
     assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+
+
+async def test_concurrent_misses_of_a_tenants_agents_share_one_query(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    await make_agent(client, "helper", model="echo")  # drops the tenant's cached agents
+    body = {**CHAT, "model": "helper"}
+    with statements(app) as seen:
+        answers = await asyncio.gather(
+            *(client.post("/v1/chat/completions", json=body) for _ in range(8))
+        )
+    assert [a.json()["choices"][0]["message"]["content"] for a in answers] == ["one two three"] * 8
+    assert sum("FROM agents" in s for s in seen) == 1
+
+
+async def test_a_change_during_a_shared_agents_query_is_not_hidden_by_it(app: FastAPI) -> None:
+    state = state_of(app)
+    directory = state.agents
+    read = directory._read
+    gates: list[asyncio.Event] = []
+
+    async def slow_read(sessions: Any, tenant_id: str) -> Any:
+        gates.append(gate := asyncio.Event())
+        await gate.wait()
+        return await read(sessions, tenant_id)
+
+    async def settle() -> None:
+        for _ in range(5):  # the caller's task, then the query's own
+            await asyncio.sleep(0)
+
+    directory._read = slow_read  # type: ignore[method-assign]
+    first = asyncio.create_task(directory.agents(state.sessionmaker, "a"))
+    await settle()
+    assert len(gates) == 1
+    invalidate(AGENTS_KIND, "a")  # an agent changed while that query ran
+    second = asyncio.create_task(directory.agents(state.sessionmaker, "a"))
+    await settle()
+    assert len(gates) == 2  # a query of its own, not the one that may predate the change
+    gates[1].set()
+    fresh = await second
+    gates[0].set()
+    await first  # the older read ends last, and is not cached over the fresh one
+    assert directory.cache.get("a") is fresh
 
 
 # --- API keys -----------------------------------------------------------------------------
