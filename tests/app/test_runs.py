@@ -256,3 +256,32 @@ async def test_deleting_an_agent_cancels_its_runs(client: httpx.AsyncClient) -> 
     await asyncio.wait_for(pending, 5)
     assert (await client.get(f"/v1/runs/{run['id']}")).status_code == 404
     assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404
+
+
+async def test_message_checks_in_fastapis_order(client: httpx.AsyncClient) -> None:
+    """The endpoint parses its body and headers itself, in FastAPI's order: JSON syntax, key,
+    then the header's and the body's errors (the header's named first)."""
+    await make_agent(client)
+    sid = await make_session(client)
+    url = f"/v1/sessions/{sid}/messages"
+    bad_json = await client.post(
+        url, content=b"{", headers={"content-type": "application/json", "authorization": "x"}
+    )
+    assert bad_json.status_code == 400 and bad_json.json()["error"]["code"] == "invalid_json"
+    no_key = await client.post(url, json={}, headers={"authorization": "Bearer nope"})
+    assert no_key.status_code == 401
+    long_key = {"Idempotency-Key": "k" * 257}
+    both = await client.post(url, json={}, headers=long_key)
+    assert both.status_code == 422 and both.json()["error"]["param"] == "Idempotency-Key"
+    ok = await client.post(url, json={"message": "x"}, headers={"Idempotency-Key": "k" * 256})
+    assert ok.status_code == 200
+    operation = (await client.get("/openapi.json")).json()["paths"][
+        "/v1/sessions/{session_id}/messages"
+    ]["post"]
+    assert [p["name"] for p in operation["parameters"]] == [
+        "session_id",
+        "Idempotency-Key",
+        "authorization",
+    ]
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["required"] == ["message"]
