@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.routing import APIRoute
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agents.llms.openai_client import APIConnectionError
@@ -102,13 +104,43 @@ def session_id_header(request: Request) -> str | None:
     return value
 
 
-@router.post(
-    "/chat/completions",
-    response_model=None,
-    responses=SSE_RESPONSES,
-    openapi_extra={"parameters": _CHAT_PARAMETERS, "requestBody": _CHAT_BODY},
-)
-async def chat_completions(request: Request) -> Any:
+class RequestOnlyRoute(APIRoute):
+    """A route whose endpoint takes only the ``Request`` and returns a ``Response``: called
+    directly, without FastAPI's per-request handler (solving an empty dependency list, building
+    query params, checking the result). The same ASGI wrapping (exception handlers, exit
+    stacks) and OpenAPI entry; an endpoint with any other parameter or dependency (e.g. one
+    added by ``include_router``) gets FastAPI's own handler.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        d = self.dependant
+        plain = (
+            d.request_param_name is not None
+            and not d.dependencies
+            and not (d.path_params or d.query_params or d.header_params or d.cookie_params)
+            and not d.body_params
+            and d.websocket_param_name is None
+            and d.http_connection_param_name is None
+            and d.response_param_name is None
+            and d.background_tasks_param_name is None
+            and d.security_scopes_param_name is None
+            and inspect.iscoroutinefunction(self.endpoint)
+        )
+        if not plain:
+            return super().get_route_handler()
+        endpoint, name = self.endpoint, d.request_param_name
+        assert name is not None
+
+        async def handler(request: Request) -> Response:
+            response = await endpoint(**{name: request})
+            if not isinstance(response, Response):
+                raise TypeError(f"{self.path}: the endpoint must return a Response")
+            return response
+
+        return handler
+
+
+async def chat_completions(request: Request) -> Response:
     """An agent (by name) or a raw model answers, streamed or whole."""
     # The hottest endpoint reads its body, headers and key with plain calls rather than a
     # declared body, Header()s and dependencies: solving those was ~55 of ~165 µs of CPU per
@@ -153,6 +185,17 @@ async def chat_completions(request: Request) -> Any:
     if isinstance(answer, EncodedJSON):  # an upstream's bytes: passed through, not re-encoded
         return Response(answer.raw, media_type="application/json")
     return JSONResponse(answer)
+
+
+router.add_api_route(
+    "/chat/completions",
+    chat_completions,
+    methods=["POST"],
+    response_model=None,
+    responses=SSE_RESPONSES,
+    openapi_extra={"parameters": _CHAT_PARAMETERS, "requestBody": _CHAT_BODY},
+    route_class_override=RequestOnlyRoute,
+)
 
 
 async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

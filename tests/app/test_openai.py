@@ -7,8 +7,10 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from starlette.responses import JSONResponse, Response
 
+from app.api.openai import RequestOnlyRoute
 from tests.app.conftest import KEY_A, make_agent
 from tests.app.test_runs import _Broken
 
@@ -318,3 +320,28 @@ async def test_chat_body_is_read_as_a_declared_body_would_be(
     error = resp.json()["error"]
     assert error["code"] == code and error["param"] == param
     assert message is None or error["message"] == message
+
+
+async def test_request_only_route_keeps_fastapi_semantics_where_it_must() -> None:
+    """chat/completions skips FastAPI's per-request handler; any dependency brings it back."""
+
+    async def endpoint(request: Request) -> Response:
+        return JSONResponse({"q": request.query_params.get("q")})
+
+    async def forbid() -> None:
+        raise HTTPException(403, "no")
+
+    router = APIRouter()
+    router.add_api_route("/a", endpoint, methods=["GET"], route_class_override=RequestOnlyRoute)
+    app = FastAPI()
+    app.include_router(router)
+    app.include_router(router, prefix="/guarded", dependencies=[Depends(forbid)])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        assert (await c.get("/a?q=1")).json() == {"q": "1"}
+        assert (await c.get("/guarded/a?q=1")).status_code == 403  # the dependency ran
+        assert (await c.post("/a")).status_code == 405
+    assert "/a" in app.openapi()["paths"]
+    routes = {r.path: r for r in app.routes if isinstance(r, RequestOnlyRoute)}
+    assert "RequestOnlyRoute" in routes["/a"].get_route_handler().__qualname__  # direct
+    assert "RequestOnlyRoute" not in routes["/guarded/a"].get_route_handler().__qualname__
