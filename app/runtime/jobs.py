@@ -266,11 +266,17 @@ async def _finish(
     """
     manager.memory.drop(job.session_pk)  # re-added below only after a clean, stored turn
     run = job.run
-    run.status, run.stop_reason, run.error = status, stop_reason, error
-    run.output = dump_message(result.final) if result.final is not None else None
-    run.prompt_tokens = result.usage.prompt_tokens
-    run.completion_tokens = result.usage.completion_tokens
-    run.finished_at = utcnow()
+    # A transient Run (RunManager._new_run), written with Core or raw SQL: set directly, no
+    # ORM attribute events.
+    run.__dict__.update(
+        status=status,
+        stop_reason=stop_reason,
+        error=error,
+        output=dump_message(result.final) if result.final is not None else None,
+        prompt_tokens=result.usage.prompt_tokens,
+        completion_tokens=result.usage.completion_tokens,
+        finished_at=utcnow(),
+    )
     public = manager.public(run)
     if status == "completed":
         terminal: tuple[str, dict[str, Any]] = ("run.completed", {"run": public})

@@ -47,6 +47,7 @@ class SessionLocks:
         # key -> (lock, holders + waiters); entries go when unused, so idle sessions cost nothing.
         self._run: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._admit: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._returning: set[asyncio.Task[None]] = set()  # see _let_go
 
     @asynccontextmanager
     async def _hold(
@@ -96,10 +97,31 @@ class SessionLocks:
                     hold.locked = True
                     yield hold
                 finally:
-                    await self.release(hold)
+                    await self._let_go(hold)
         finally:
             if held is not None:  # also when cancelled while waiting behind another run
-                await self.release(held)
+                await self._let_go(held)
+
+    async def _let_go(self, hold: RunHold) -> None:
+        """``release``; in the background when the lock is known released (by the run's end,
+        with its commit) and only the connection's return to the pool is left."""
+        if hold.conn is None or hold.locked is not False or hold.broken:
+            await self.release(hold)
+            return
+        task = asyncio.create_task(self.release(hold))
+        self._returning.add(task)
+        task.add_done_callback(self._returning.discard)
+
+    @property
+    def returning(self) -> int:
+        """Connections being returned to the pool in the background now."""
+        return len(self._returning)
+
+    async def drain(self) -> None:
+        """Until connections being returned in the background are back (shutdown)."""
+        for task in list(self._returning):
+            with contextlib.suppress(BaseException):
+                await task
 
     def slot_free(self) -> bool:
         """Whether a run could take a lock connection now without waiting."""

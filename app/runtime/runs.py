@@ -236,7 +236,8 @@ class RunManager:
         return found
 
     def _new_run(self, sub: Submission, running: bool) -> Run:
-        message = input_message(sub.message)
+        # Parsed once: ``_start`` reads it back (input_message returns a message as it is).
+        sub.message = message = input_message(sub.message)
         now = utcnow()
         return transient(
             Run,
@@ -468,4 +469,5 @@ class RunManager:
         for task in list(self._background):
             with contextlib.suppress(BaseException):
                 await task
+        await self.locks.drain()
         await self.bus.aclose()

@@ -93,10 +93,11 @@ async def memory(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
 
 
 async def settle(app: FastAPI) -> None:
-    """Until this app has no run in progress (runs outlive the request by a few steps)."""
+    """Until this app has no run in progress (runs outlive the request by a few steps) and
+    their connections are back in the pool (returned after the answer)."""
     runs = app.state.agentstation.runs
     for _ in range(500):
-        if not runs.jobs:
+        if not runs.jobs and not runs.locks.returning:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("a run never finished")
