@@ -140,10 +140,15 @@ async def stateless_pieces(
             try:
                 # The agent's stream itself: a stateless turn has no events or messages to
                 # keep, so stream_turn's segmenter (which dumps every message) is not needed.
+                # A BaseAgent takes the text as a message from "user" (lagent's convention),
+                # and then need not deep-copy a message made here.
+                message = (
+                    text
+                    if isinstance(agent, BaseAgent)
+                    else AgentMessage(sender="user", content=text)
+                )
                 stream = agent.stream(
-                    AgentMessage(sender="user", content=text),
-                    session_id=key,
-                    **turn_params(agent, req.gen_params()),
+                    message, session_id=key, **turn_params(agent, req.gen_params())
                 )
                 async for chunk in stream:
                     stream_state = int(chunk.stream_state)
@@ -165,7 +170,8 @@ async def stateless_pieces(
 async def preflight_tenant(state: AppState, tenant_id: str) -> tuple[int | None, int]:
     """The tenant's (budget, used); 429 ``budget_exceeded`` before anything streams if spent."""
     limit, used = await state.tenant_usage.figures(tenant_id)
-    RunBudget.build(Usage(), tenant_limit=limit, tenant_used=used).preflight()
+    if limit is not None:
+        RunBudget.build(Usage(), tenant_limit=limit, tenant_used=used).preflight()
     return limit, used
 
 
