@@ -24,7 +24,7 @@ from app.deps import (
 )
 from app.engines.base import EngineError
 from app.errors import AppError, BadRequest, NotFound, Unavailable, upstream_unavailable
-from app.models.encoded import EncodedJSON, encoded
+from app.models.encoded import EncodedJSON, dumps, encoded
 from app.schemas.openai import ChatCompletionRequest, inline_json_schema
 from app.services import chat
 from app.services.agent_directory import AgentInfo
@@ -169,10 +169,11 @@ async def chat_completions(request: Request) -> Response:
         final = chat.Piece()
         async for piece in pieces:
             final = piece if piece.final else final
-        # A JSONResponse: FastAPI would first walk the plain dict with jsonable_encoder.
-        return JSONResponse(
-            chat.completion(agent.name, final.answer, final.usage, final.finish_reason)
-        )
+        # Compact JSON as JSONResponse writes it (same bytes and content type), by the encoder
+        # built once rather than one json.dumps encoder per response; FastAPI would first walk
+        # the plain dict with jsonable_encoder.
+        reply = chat.completion(agent.name, final.answer, final.usage, final.finish_reason)
+        return Response(dumps(reply), media_type="application/json")
     handle = state.models.get(body.model)
     if handle is None:
         raise NotFound(f"model {body.model!r} not found", param="model", code="model_not_found")

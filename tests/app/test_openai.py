@@ -61,6 +61,9 @@ async def test_agent_completion_stateless(client: httpx.AsyncClient) -> None:
     # The history (2 words) and the question (2 words) are the prompt.
     assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
     assert (await client.get("/v1/sessions")).json()["data"] == []  # nothing stored
+    # The bytes and content type a JSONResponse would send.
+    assert resp.content == JSONResponse(body).body
+    assert resp.headers["content-type"] == "application/json"
 
 
 async def test_agent_stream_with_usage(client: httpx.AsyncClient) -> None:
