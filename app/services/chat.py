@@ -16,6 +16,7 @@ from agents.agent import BaseAgent
 from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
 from app.errors import BadRequest, NotFound, Unavailable
+from app.models.encoded import ChunkEncoder
 from app.ops.budget import RunBudget, budget_scope
 from app.ops.budget_store import preflight
 from app.runtime.messages import dump_message
@@ -271,6 +272,9 @@ async def chunks(
     }
     if include_usage:
         base["usage"] = None
+    # Text chunks come pre-encoded: the constant head once per stream, then only the text is
+    # escaped per chunk (the same bytes as encoding each chunk whole).
+    enc = ChunkEncoder(base)
     yield {
         **base,
         "choices": [
@@ -299,14 +303,4 @@ async def chunks(
                 yield {**base, "choices": [], "usage": piece.usage.to_dict()}
             return
         if piece.text:
-            yield {
-                **base,
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": {"content": piece.text},
-                        "finish_reason": None,
-                        "logprobs": None,
-                    }
-                ],
-            }
+            yield enc.content(0, piece.text)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.openai import RequestOnlyRoute
+from app.models.encoded import dumps
 from tests.app.conftest import KEY_A, make_agent
 from tests.app.test_runs import _Broken
 
@@ -79,6 +80,9 @@ async def test_agent_stream_with_usage(client: httpx.AsyncClient) -> None:
     )
     chunks = _chunks(resp.text)
     assert chunks[-1] == "[DONE]"
+    # Every event is the compact encoding of its object (text chunks are spliced, not dumped).
+    events = [b.removeprefix("data: ") for b in resp.text.strip().split("\n\n")[:-1]]
+    assert [dumps(json.loads(e)).decode() for e in events] == events
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all("role" not in c["choices"][0]["delta"] for c in chunks[1:-2])
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-2])
