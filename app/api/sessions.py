@@ -162,7 +162,7 @@ _MESSAGE_BODY: dict[str, Any] = {
 
 def _idempotency_key(request: Request) -> tuple[str | None, list[dict[str, Any]]]:
     """The ``Idempotency-Key`` header, and the error a ``Header(max_length=256)`` would give."""
-    value = request.headers.get(IDEMPOTENCY_KEY_HEADER)
+    value = request.headers.get(IDEMPOTENCY_KEY_HEADER) or None  # an empty one: no key
     if value is None or len(value) <= IDEMPOTENCY_KEY_MAX_LENGTH:
         return value, []
     error = {

@@ -165,6 +165,19 @@ async def test_idempotency_key_attaches_to_the_same_run(client: httpx.AsyncClien
     assert len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) == 1
 
 
+async def test_an_empty_idempotency_key_is_no_key(client: httpx.AsyncClient) -> None:
+    # Found by the fuzz test: "" was stored as a key, and the second such turn was a 500.
+    await make_agent(client)
+    sid = await make_session(client)
+    empty = {"Idempotency-Key": ""}
+    for _ in range(2):
+        resp = await client.post(
+            f"/v1/sessions/{sid}/messages", json={"message": "x"}, headers=empty
+        )
+        assert resp.status_code == 200, resp.text
+    assert len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) == 2
+
+
 async def test_bad_run_requests(client: httpx.AsyncClient) -> None:
     await make_agent(client)
     sid = await make_session(client)
