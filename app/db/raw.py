@@ -8,14 +8,16 @@ connection checked out from the engine's pool. They bypass the engine's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError)
+# Every asyncpg error, InternalClientError included ("another operation is in progress").
+DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 
 
 class DriverError(SQLAlchemyError):
@@ -32,6 +34,29 @@ async def driver(conn: AsyncConnection) -> Any:
     """The asyncpg connection under ``conn`` (in autocommit: SQLAlchemy began nothing)."""
     raw = await conn.get_raw_connection()
     return raw.driver_connection
+
+
+async def discard(conn: AsyncConnection) -> None:
+    """Close a connection for good, never back to the pool: after a statement on it failed or
+    was cancelled it may be dead or still busy with that statement (the next user would get
+    "another operation is in progress"), and its database session (and its locks) end."""
+    with contextlib.suppress(BaseException):
+        await conn.invalidate()
+    with contextlib.suppress(BaseException):
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def pooled(engine: AsyncEngine) -> AsyncIterator[Any]:
+    """A pooled connection's asyncpg connection: back to the pool after the block, discarded
+    if the block fails or is cancelled (a statement may still be in progress on it)."""
+    conn = await engine.connect()
+    try:
+        yield await driver(conn)
+    except BaseException:
+        await discard(conn)
+        raise
+    await conn.close()
 
 
 def _report(sql: str) -> None:

@@ -365,8 +365,8 @@ async def _store_end_pg(
                 log.warning("run %s: the session's run lock was not held at its end", job.run_id)
             hold.locked = False  # released: the connection goes back to the pool as is
     else:
-        async with manager.engine.connect() as conn:
-            await pgturn.store_end(await raw.driver(conn), *args)
+        async with raw.pooled(manager.engine) as pg:
+            await pgturn.store_end(pg, *args)
     return bool(rows or rewrite), event
 
 

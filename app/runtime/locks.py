@@ -145,10 +145,10 @@ class SessionLocks:
                     await conn.close()
                     return
             except BaseException:
-                await _discard(conn)
+                await raw.discard(conn)
                 raise
             # A lock that may still be held must not go back to the pool.
-            await _discard(conn)
+            await raw.discard(conn)
         finally:
             if hold.slot:
                 hold.slot = False
@@ -180,14 +180,6 @@ class RunHold:
     locked: bool | None = False  # None: a lock statement did not return (unknown)
     slot: bool = False  # holds one of SessionLocks' run slots
     broken: bool = False  # a statement on ``conn`` failed: finish on a pooled connection
-
-
-async def _discard(conn: AsyncConnection) -> None:
-    """Close a connection for good: its database session, and any lock it holds, end."""
-    with contextlib.suppress(BaseException):
-        await conn.invalidate()
-    with contextlib.suppress(BaseException):
-        await conn.close()
 
 
 async def _unlock(conn: AsyncConnection, key: str) -> None:

@@ -13,7 +13,7 @@ from app.db import raw
 from app.db.base import transient
 from app.db.models import Agent, AgentVersion, Run, Tenant
 from app.db.models import Session as SessionRow
-from app.errors import NotFound, Unavailable
+from app.errors import AppError, NotFound, Unavailable
 from app.runtime import pgturn
 from app.runtime.budgets import BudgetFigures, session_figures
 from app.runtime.reads import reading
@@ -102,9 +102,13 @@ async def prepare_submission(
             handle = state.models.get(spec.model)
             if handle is None or not handle.ready:
                 raise Unavailable(f"model {spec.model!r} is not ready", code="model_not_ready")
-    except BaseException:
+    except AppError:  # refused after its statements answered: the connection is fine
         if conn is not None:
             await conn.close()
+        raise
+    except BaseException:  # a statement failed or was cancelled: the connection may be busy
+        if conn is not None:
+            await raw.discard(conn)
         raise
     message = body.message if isinstance(body.message, str) else body.message.model_dump()
     return Submission(

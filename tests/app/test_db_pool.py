@@ -64,3 +64,26 @@ async def test_a_silent_database_host_fails_within_the_connect_timeout() -> None
             await engine.dispose()
     assert time.monotonic() - began < 5
     assert database_unavailable(caught.value)
+
+
+async def test_every_asyncpg_error_of_a_raw_statement_is_a_database_error() -> None:
+    # Found by the PostgreSQL restart test: a connection the server had just terminated raised
+    # asyncpg's InternalClientError ("another operation is in progress"), which is not a
+    # PostgresError: it escaped the 503 handler and the client's connection was reset.
+    import asyncpg
+
+    from app.db import raw
+
+    class Dead:
+        async def fetchrow(self, sql: str, *args: object) -> None:
+            raise asyncpg.InternalClientError("cannot switch to state 12; another operation (2)")
+
+        async def execute(self, sql: str, *args: object) -> None:
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed")
+
+    with pytest.raises(raw.DriverError) as fetched:
+        await raw.fetchrow(Dead(), "SELECT 1")
+    assert database_unavailable(fetched.value)
+    with pytest.raises(raw.DriverError) as executed:
+        await raw.execute(Dead(), "SELECT 1")
+    assert database_unavailable(executed.value)

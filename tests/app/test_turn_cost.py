@@ -281,11 +281,14 @@ async def test_tenant_usage_is_batched_without_a_budget_and_stored_with_one(
     assert await tokens_used(app, "a") == before + spent + more
 
 
+# Statements go straight to asyncpg on PostgreSQL only: no SQLite variant.
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 async def test_a_raw_statement_on_a_lost_connection_is_a_503_and_leaks_nothing(
     app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if engine_of(app).dialect.name != "postgresql":
-        pytest.skip("statements go straight to asyncpg on PostgreSQL only")
+    assert engine_of(app).dialect.name == "postgresql"
     import asyncpg
 
     await make_agent(client)
