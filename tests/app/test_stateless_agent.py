@@ -27,7 +27,7 @@ from app.services import chat
 from app.services.agent_directory import AgentInfo
 from app.settings import Settings
 from app.state import AppState
-from tests.app.conftest import KEY_A, MODELS, make_agent
+from tests.app.conftest import MODELS, make_agent
 
 # Echoes the last user message word by word with a pause between words, so concurrent
 # requests interleave inside the one shared agent.
@@ -36,18 +36,10 @@ DRIP = {"name": "drip", "backend": "scripted", "chunk_delay_s": 0.01}
 
 @pytest.fixture
 async def app(settings_factory: Callable[..., Settings]) -> AsyncIterator[FastAPI]:
+    """The conftest's app with the DRIP model too (conftest's ``client`` uses this app)."""
     application = create_app(settings_factory(models=json.dumps([*MODELS, DRIP])))
     async with LifespanManager(application):
         yield application
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://test", headers={"Authorization": f"Bearer {KEY_A}"}
-    ) as c:
-        yield c
 
 
 def state_of(app: FastAPI) -> AppState:
