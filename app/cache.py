@@ -8,10 +8,11 @@ expire.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import event
@@ -43,6 +44,7 @@ class TTLCache(Generic[K, V]):
         self.max_entries = max(1, max_entries)
         self.clock = clock
         self._data: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self._loading: dict[K, asyncio.Task[V | None]] = {}  # reads in flight (``load``)
         _LIVE.add(self)
 
     def __len__(self) -> int:
@@ -69,12 +71,44 @@ class TTLCache(Generic[K, V]):
             self._data.popitem(last=False)
 
     def pop(self, key: K) -> None:
-        """Forget ``key``."""
+        """Forget ``key`` (and a read of it in flight: its result will not be cached)."""
         self._data.pop(key, None)
+        self._loading.pop(key, None)
 
     def clear(self) -> None:
         """Forget everything."""
         self._data.clear()
+        self._loading.clear()
+
+    async def load(self, key: K, read: Callable[[], Awaitable[V | None]]) -> V | None:
+        """The cached value of ``key``, else ``read()``'s (stored unless it is None).
+
+        When an entry expires under load, every request in flight misses it at once: concurrent
+        misses of one key share one ``read`` (a caller that is cancelled does not cancel it for
+        the others). Dropping the key while it runs (``pop``, ``invalidate``) leaves its result
+        uncached and makes later callers read anew, so a read that may predate a change is never
+        served after it.
+        """
+        hit = self.get(key)
+        if hit is not None:
+            return hit
+        if self.ttl_s <= 0:
+            return await read()
+        task = self._loading.get(key)
+        if task is None:
+            task = self._loading[key] = asyncio.ensure_future(self._read(key, read))
+        return await asyncio.shield(task)
+
+    async def _read(self, key: K, read: Callable[[], Awaitable[V | None]]) -> V | None:
+        me = asyncio.current_task()
+        try:
+            value = await read()
+            if value is not None and self._loading.get(key) is me:
+                self.put(key, value)
+            return value
+        finally:
+            if self._loading.get(key) is me:
+                del self._loading[key]
 
 
 def invalidate(kind: str, key: object | None = None) -> None:

@@ -10,7 +10,6 @@ flight when its entry expires) share one query.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,23 +57,6 @@ async def load_agents(db: AsyncSession, tenant_id: str) -> dict[str, AgentInfo]:
     return {r.name: AgentInfo(r.id, r.name, r.version, r.spec, r.created_at) for r in rows}
 
 
-class _Entries(TTLCache[str, dict[str, AgentInfo]]):
-    """The tenants' maps; dropping a tenant (``app.cache.invalidate``) also forgets its query in
-    flight, so requests after a change never join a read that may predate it."""
-
-    def __init__(self, ttl_s: float, max_tenants: int, clock: Callable[[], float]) -> None:
-        super().__init__(KIND, ttl_s, max_tenants, clock)
-        self.loading: dict[str, asyncio.Task[dict[str, AgentInfo]]] = {}
-
-    def pop(self, key: str) -> None:
-        super().pop(key)
-        self.loading.pop(key, None)
-
-    def clear(self) -> None:
-        super().clear()
-        self.loading.clear()
-
-
 class AgentDirectory:
     """Per-tenant agent maps with a time to live (``ttl_s <= 0``: read every time)."""
 
@@ -84,38 +66,17 @@ class AgentDirectory:
         max_tenants: int = 1024,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cache = _Entries(ttl_s, max_tenants, clock)
+        self.cache: TTLCache[str, dict[str, AgentInfo]] = TTLCache(KIND, ttl_s, max_tenants, clock)
 
     async def agents(
         self, sessions: async_sessionmaker[AsyncSession], tenant_id: str
     ) -> dict[str, AgentInfo]:
         """The tenant's agents by name (newest first), from the cache or one query."""
-        found = self.cache.get(tenant_id)
-        if found is not None:
-            return found
-        if self.cache.ttl_s <= 0:
-            return await self._read(sessions, tenant_id)
-        # When the entry expires under load, every request in flight misses it at once: they
-        # share one query (and so one AgentInfo: one validated spec, one built agent), which a
-        # caller that is cancelled does not cancel for the others.
-        loading = self.cache.loading.get(tenant_id)
-        if loading is None:
-            loading = asyncio.ensure_future(self._load(sessions, tenant_id))
-            self.cache.loading[tenant_id] = loading
-        return await asyncio.shield(loading)
-
-    async def _load(
-        self, sessions: async_sessionmaker[AsyncSession], tenant_id: str
-    ) -> dict[str, AgentInfo]:
-        me = asyncio.current_task()
-        try:
-            found = await self._read(sessions, tenant_id)
-            if self.cache.loading.get(tenant_id) is me:  # else invalidated while it ran
-                self.cache.put(tenant_id, found)
-            return found
-        finally:
-            if self.cache.loading.get(tenant_id) is me:
-                del self.cache.loading[tenant_id]
+        # Concurrent misses share one query (so one AgentInfo: one validated spec, one built
+        # agent); a change made meanwhile is never hidden by it (TTLCache.load).
+        found = await self.cache.load(tenant_id, lambda: self._read(sessions, tenant_id))
+        assert found is not None  # a tenant without agents has an empty map
+        return found
 
     @staticmethod
     async def _read(

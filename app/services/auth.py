@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -82,7 +81,6 @@ class Authenticator:
         self.keys: TTLCache[str, Principal] = TTLCache("auth", ttl_s, max_keys, clock)
         self.unknown: TTLCache[str, bool] = TTLCache("auth", ttl_s, 1024, clock)
         self.stored: TTLCache[str, bool] = TTLCache("auth", ttl_s, 1, clock)
-        self._inflight: dict[tuple[str, ...], asyncio.Future[Any]] = {}
 
     async def any_stored_key(self, db: AsyncSession) -> bool:
         """True once a key was created with the CLI (which ends anonymous access)."""
@@ -108,22 +106,19 @@ class Authenticator:
         if principal is not None:
             return principal
         if self.unknown.get(digest) is None:
-            principal = await self._once(("key", digest), lambda: self._load_key(sessions, digest))
+            # Concurrent misses share one query (TTLCache.load).
+            principal = await self.keys.load(digest, lambda: self._load_key(sessions, digest))
             if principal is not None:
                 return principal
         raise Unauthorized("invalid API key")
 
     async def _any_stored_key(self, sessions: async_sessionmaker[AsyncSession]) -> bool:
-        found = self.stored.get("any")
-        if found is None:
-            found = await self._once(("any",), lambda: self._load_any_stored_key(sessions))
-        return found
+        # Concurrent misses share one query (TTLCache.load).
+        return bool(await self.stored.load("any", lambda: self._load_any_stored_key(sessions)))
 
     async def _load_any_stored_key(self, sessions: async_sessionmaker[AsyncSession]) -> bool:
         async with sessions() as db:
-            found = await self.any_stored_key(db)
-        self.stored.put("any", found)
-        return found
+            return await self.any_stored_key(db)
 
     async def _load_key(
         self, sessions: async_sessionmaker[AsyncSession], digest: str
@@ -137,20 +132,4 @@ class Authenticator:
         if row is None:
             self.unknown.put(digest, True)
             return None
-        principal = Principal(row)
-        self.keys.put(digest, principal)
-        return principal
-
-    async def _once(self, key: tuple[str, ...], load: Callable[[], Awaitable[T]]) -> T:
-        """``load()``, run once for concurrent callers with the same ``key``.
-
-        When an entry expires under load, every request in flight misses it at once; they
-        share one query instead of each opening a database session (32 queries per expiry
-        at 32 connections). A caller that is cancelled does not cancel the others' query.
-        """
-        pending = self._inflight.get(key)
-        if pending is None:
-            pending = self._inflight[key] = asyncio.ensure_future(load())
-            pending.add_done_callback(lambda _: self._inflight.pop(key, None))
-        result: T = await asyncio.shield(pending)
-        return result
+        return Principal(row)
