@@ -23,14 +23,16 @@ class _Executor:
 
     def __init__(
         self,
-        actions: BaseAction | Iterable[BaseAction],
+        actions: BaseAction | Iterable[BaseAction] | Any,
         invalid_action: BaseAction | None = None,
         no_action: BaseAction | None = None,
         finish_action: BaseAction | None = None,
         finish_in_action: bool = False,
         hooks: Iterable[Hook] | None = None,
     ) -> None:
-        items = [actions] if isinstance(actions, BaseAction) else list(actions)
+        from agents.tool_message import as_actions  # ToolMessage classes are tools too
+
+        items = as_actions([actions] if isinstance(actions, BaseAction | type) else list(actions))
         self.finish_action = finish_action or FinishAction()
         if finish_in_action:
             items.append(self.finish_action)

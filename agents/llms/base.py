@@ -52,26 +52,32 @@ class LLMDelta:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_usage_counter: contextvars.ContextVar[Usage | None] = contextvars.ContextVar(
-    "agents_usage_counter", default=None
+_usage_counter: contextvars.ContextVar[tuple[Usage, ...]] = contextvars.ContextVar(
+    "agents_usage_counter", default=()
 )
 
 
 @contextmanager
 def usage_scope() -> Iterator[Usage]:
-    """Sum the usage of every generation made by this task (and tasks it starts) inside."""
+    """Sum the usage of every generation made by this task (and tasks it starts) inside.
+
+    Scopes nest: a generation counts in every enclosing scope (a multi-agent task's budget
+    and the server's per-run accounting both see it).
+    """
     counter = Usage()
-    token = _usage_counter.set(counter)
+    token = _usage_counter.set((*_usage_counter.get(), counter))
     try:
         yield counter
     finally:
-        _usage_counter.reset(token)
+        try:
+            _usage_counter.reset(token)
+        except ValueError:  # closed from another context (an abandoned async generator)
+            pass
 
 
 def record_usage(usage: Usage) -> None:
-    """Add a generation's usage to the active ``usage_scope`` counter, if any."""
-    counter = _usage_counter.get()
-    if counter is not None:
+    """Add a generation's usage to every active ``usage_scope`` counter."""
+    for counter in _usage_counter.get():
         counter.add(usage)
 
 
