@@ -52,6 +52,8 @@ class Task(AsyncAgent):
         loop_repeats: int = 3,
         max_cycle_len: int = 4,
         sub_tasks: Iterable[Task] = (),
+        round_robin: bool = False,
+        gen_params: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(agent, BaseAgent):
             raise TypeError(f"{type(agent).__name__} is not an agent")
@@ -76,6 +78,8 @@ class Task(AsyncAgent):
         self.budget = budget
         self.loop_repeats = loop_repeats
         self.max_cycle_len = max_cycle_len
+        self.round_robin = round_robin  # sub-tasks take turns (else the first that answers)
+        self.gen_params = dict(gen_params or {})  # with every model call of this task
         self.sub_tasks: dict[str, Task] = {}
         self._killed = False
         for other in more_agents:

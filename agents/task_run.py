@@ -48,7 +48,8 @@ class TaskRun:
         self.session_id = session_id
         self.limit = turns if turns is not None else task.max_turns
         self.usage = usage
-        self.kwargs = kwargs
+        self.kwargs = {**task.gen_params, **kwargs}
+        self.last_sub: str | None = None  # the sub-task that answered last (round robin)
         self.history: list[tuple[str, str]] = []
         self.remembered: set[int] = set()  # ids of messages already in the agent's memory
         self.turns = 0
@@ -59,7 +60,11 @@ class TaskRun:
         names = [Entity.AGENT, Entity.LLM]
         if self.task.interactive or self.task.user is not None:
             names.append(Entity.USER)
-        return names + list(self.task.sub_tasks)
+        subs = list(self.task.sub_tasks)
+        if self.task.round_robin and self.last_sub in subs:
+            cut = subs.index(self.last_sub) + 1
+            subs = subs[cut:] + subs[:cut]
+        return names + subs
 
     def display(self, entity: str) -> str:
         """The name a responder's messages carry."""
@@ -206,6 +211,8 @@ class TaskRun:
                     return
                 continue
             stalled = 0
+            if entity in task.sub_tasks:
+                self.last_sub = entity
             to = response.receiver  # an explicit address (a model's or a handler's choice)
             response = self._addressed(entity, response)
             self.history.append((entity, str(response.content)))

@@ -66,6 +66,8 @@ class AgentKind:
     build: AgentBuilder
     supports_tools: bool = True
     shared: bool = False
+    needs_model: bool = True  # False: its agents' specs name the models (``task``)
+    check: Callable[[AgentSpec, str], None] | None = None  # kind-specific 422s
 
 
 @dataclass
@@ -76,10 +78,16 @@ class Registry:
     tools: dict[str, ToolFactory] = field(default_factory=dict)
 
     def add_kind(
-        self, name: str, build: AgentBuilder, supports_tools: bool = True, shared: bool = False
+        self,
+        name: str,
+        build: AgentBuilder,
+        supports_tools: bool = True,
+        shared: bool = False,
+        needs_model: bool = True,
+        check: Callable[[AgentSpec, str], None] | None = None,
     ) -> None:
         """Register an agent kind (``shared``: see ``AgentKind``)."""
-        self.kinds[name] = AgentKind(name, build, supports_tools, shared)
+        self.kinds[name] = AgentKind(name, build, supports_tools, shared, needs_model, check)
 
     def add_tool(self, name: str, factory: ToolFactory) -> None:
         """Register a tool."""
@@ -94,11 +102,14 @@ class Registry:
                 param=f"{prefix}.kind",
                 code="unknown_kind",
             )
+        if kind.check is not None:
+            kind.check(spec, prefix)
         if spec.model is None:
-            raise ValidationFailed(
-                "a model is required", param=f"{prefix}.model", code="missing_field"
-            )
-        if spec.model not in models:
+            if kind.needs_model:
+                raise ValidationFailed(
+                    "a model is required", param=f"{prefix}.model", code="missing_field"
+                )
+        elif spec.model not in models:
             raise ValidationFailed(
                 f"unknown model {spec.model!r}; configured: {sorted(models)}",
                 param=f"{prefix}.model",
@@ -118,8 +129,16 @@ class Registry:
                     code="unknown_tool",
                 )
             self._check_tool_config(tool.name, tool.config, f"{prefix}.tools[{i}].config")
-        for name, sub in spec.sub_agents.items():
-            self.validate(sub, models, f"{prefix}.sub_agents.{name}")
+        for name in spec.sub_agents:
+            if not name or "." in name:
+                raise ValidationFailed(
+                    "a sub-agent's key must be non-empty and contain no '.'",
+                    param=f"{prefix}.sub_agents",
+                    code="invalid_name",
+                )
+        for param, child in spec.children(prefix):
+            if isinstance(child, AgentSpec):  # names are checked against the tenant's agents
+                self.validate(child, models, param)
 
     def _check_tool_config(self, name: str, config: dict[str, Any], param: str) -> None:
         """Build the tool once (tools start nothing in their constructor) to check its config."""

@@ -55,6 +55,45 @@ class ToolRef(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+AgentName = Annotated[str, Name]
+# A participant's name inside a multi-agent spec: a memory key part, so no dots.
+MemberName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][\w\-]*$")]
+
+
+class DoneSpec(BaseModel):
+    """When a ``task`` is done (any rule that fires ends it with status DONE)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    contains: str | None = Field(default=None, min_length=1)  # a reply containing this text
+    if_response: list[str] = Field(default_factory=list)  # "llm", "agent", "user", sub-tasks
+    if_no_response: list[str] = Field(default_factory=list)
+    tool: bool = False  # the model may call ``done_tool`` (tool agents only)
+
+
+class RunBudgetSpec(BaseModel):
+    """A ``task``'s budget per run (tokens of every participant; cost at these prices)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12)
+    max_cost: float | None = Field(default=None, gt=0)
+    prompt_cost_per_1k: float = Field(default=0.0, ge=0)
+    completion_cost_per_1k: float = Field(default=0.0, ge=0)
+
+
+class SubTaskSpec(BaseModel):
+    """A sub-task of a ``task``: another agent (stored, by name, or inline) as a responder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: AgentSpec | AgentName
+    name: MemberName | None = None  # default: the stored agent's name (dots as _), or "sub<i>"
+    single_round: bool = True
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    done: DoneSpec | None = None
+
+
 class AgentSpec(BaseModel):
     """What an agent is made of; every name is checked against the registry and the models."""
 
@@ -68,11 +107,45 @@ class AgentSpec(BaseModel):
     aggregator: Literal["default", "tool"] = "default"
     tools: list[ToolRef] = Field(default_factory=list)
     max_turn: int = Field(default=5, ge=1, le=100)
-    sub_agents: dict[str, AgentSpec] = Field(default_factory=dict)
+    # Other agents: inline specs, or stored agents by name (pinned when a session starts).
+    sub_agents: dict[str, AgentSpec | AgentName] = Field(default_factory=dict)
     budget: BudgetSpec | None = None  # tokens per session (app.ops.budget)
+    # kind "task" (agents.Task): its agent, sub-tasks and termination rules.
+    agent: AgentSpec | AgentName | None = None
+    sub_tasks: list[SubTaskSpec] | None = Field(default=None, max_length=32)
+    done: DoneSpec | None = None
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    max_stalled_steps: int | None = Field(default=None, ge=1, le=100)  # None: 3
+    run_budget: RunBudgetSpec | None = None
+
+    def children(self, prefix: str = "spec") -> list[tuple[str, AgentSpec | str]]:
+        """The directly nested agents (inline specs or names), with their parameter paths."""
+        found: list[tuple[str, AgentSpec | str]] = [
+            (f"{prefix}.sub_agents.{key}", sub) for key, sub in self.sub_agents.items()
+        ]
+        if self.agent is not None:
+            found.append((f"{prefix}.agent", self.agent))
+        tasks = enumerate(self.sub_tasks or [])
+        found += [(f"{prefix}.sub_tasks[{i}].agent", t.agent) for i, t in tasks]
+        return found
+
+    def model_names(self) -> set[str]:
+        """The models this spec and its inline agents use."""
+        names = {self.model} if self.model is not None else set()
+        for _, child in self.children():
+            if isinstance(child, AgentSpec):
+                names |= child.model_names()
+        return names
+
+    def references(self) -> set[str]:
+        """Names of stored agents this spec (or an inline spec in it) refers to."""
+        names: set[str] = set()
+        for _, child in self.children():
+            names |= {child} if isinstance(child, str) else child.references()
+        return names
 
 
-AgentName = Annotated[str, Name]
+SubTaskSpec.model_rebuild()
 
 
 class AgentCreate(BaseModel):

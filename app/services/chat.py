@@ -26,6 +26,7 @@ from app.schemas.agents import AgentSpec, GenParams
 from app.schemas.openai import ChatCompletionRequest, ChatMessage
 from app.schemas.sessions import SessionCreate
 from app.services.agent_directory import AgentInfo
+from app.services.agent_refs import pinned_spec, resolve_refs
 from app.services.agents import agent_spec
 from app.services.sessions import create_session, get_session
 from app.state import AppState
@@ -116,9 +117,14 @@ async def stateless_pieces(
     final piece (a whole, non-streamed answer).
     """
     spec = agent_info.spec
-    check_ready(state, spec)
     history, text = split if split is not None else split_input(req.messages)
-    agent = state.stateless_agent(agent_info)
+    if spec.references() and tenant_id is not None:  # named participants: current versions
+        spec = await pinned_spec(state.engine, state.sessionmaker, tenant_id, spec, None)
+        check_ready(state, spec)
+        agent = state.build_agent(spec, agent_info.name)
+    else:
+        check_ready(state, spec)
+        agent = state.stateless_agent(agent_info)
     key = f"{_STATELESS_PREFIX}{next(_stateless_ids)}"
     texts = _Texts()
     answer = ""
@@ -194,6 +200,7 @@ async def session_submission(
             )
         spec = await agent_spec(db, agent.id, row.agent_version)
         await preflight(db, tenant_id, row.pk, spec.budget)  # 429 budget_exceeded when spent
+        spec = await resolve_refs(db, tenant_id, spec, row.created_at)
     check_ready(state, spec)
     return Submission(
         tenant_id=tenant_id,
@@ -230,10 +237,13 @@ async def run_pieces(state: AppState, run_id: str) -> AsyncIterator[Piece]:
 
 
 def check_ready(state: AppState, spec: AgentSpec) -> None:
-    """503 unless the spec's model is loaded."""
-    handle = state.models.get(spec.model or "")
-    if handle is None or not handle.ready:
-        raise Unavailable(f"model {spec.model!r} is not ready", code="model_not_ready")
+    """503 unless the spec's models (its participants' too) are loaded."""
+    named = spec.references()  # their models are checked once they are resolved
+    models: list[str | None] = [*sorted(spec.model_names())] or ([] if named else [None])
+    for model in models:
+        handle = state.models.get(model or "")
+        if handle is None or not handle.ready:
+            raise Unavailable(f"model {model!r} is not ready", code="model_not_ready")
 
 
 def completion_id() -> str:

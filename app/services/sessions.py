@@ -18,6 +18,7 @@ from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message, load_message
 from app.runtime.runner import SESSIONS, bump_memory_rev, load_state, memory_rev_bump
 from app.schemas.sessions import SessionCreate, SessionPublic
+from app.services.agent_refs import resolve_refs
 from app.services.agents import agent_spec, get_agent
 from app.services.pages import check_limit, page
 from app.state import AppState
@@ -126,6 +127,7 @@ async def get_memory(
 async def memory_keys(db: AsyncSession, state: AppState, row: SessionRow, agent: Agent) -> set[str]:
     """The state_dict keys of the session's agent (``memory``, ``writer.memory``, …)."""
     spec = await agent_spec(db, agent.id, row.agent_version)
+    spec = await resolve_refs(db, row.tenant_id, spec, row.created_at)
     return set(state.build_agent(spec, agent.name).state_dict("keys"))
 
 
