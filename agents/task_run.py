@@ -254,7 +254,10 @@ class TaskRun:
             else:
                 others = [n for n in self.responders()[2:] if n != entity]
                 receiver = others[0] if others else self.caller
-        sender = self.display(entity) if entity != Entity.AGENT else message.sender
+        sender = self.display(entity)
+        if entity == Entity.AGENT:  # a tool result: from the tool that made it
+            formatted = message.formatted if isinstance(message.formatted, dict) else {}
+            sender = str(formatted.get("type") or message.sender)
         return message.model_copy(update={"receiver": receiver, "sender": sender})
 
     def _tag(self, message: AgentMessage, status: StatusCode, caller: str) -> AgentMessage:

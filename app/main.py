@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI
@@ -22,6 +23,7 @@ from app.runtime.registry import default_registry
 from app.runtime.runs import RunManager
 from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
+from app.services.messenger import SendMessage
 from app.settings import Settings, get_settings
 from app.state import AppState
 
@@ -87,6 +89,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     state.runs = RunManager(
         engine, sessionmaker, state.build_agent, settings.event_flush_s, settings.cancel_timeout_s
     )
+    # Needs the run manager: agents of one session message another session's agent.
+    state.registry.add_tool("SendMessage", partial(SendMessage, state))
     recovered = await state.runs.start()
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)

@@ -30,6 +30,16 @@ TEAM = [
             "The critic agrees.",
         ],
     },
+    {
+        "name": "alice",
+        "backend": "scripted",
+        "replies": [
+            '```json\n{"name": "SendMessage", "parameters": '
+            '{"recipient": "bob-1", "message": "What is 2 + 2?"}}\n```\n',
+            "Bob says: 2 + 2 = 4. TERMINATE",
+        ],
+    },
+    {"name": "bob", "backend": "scripted", "replies": ["2 + 2 = 4"]},
     {"name": "drawl", "backend": "scripted", "replies": ["w " * 200], "chunk_delay_s": 0.02},
 ]
 
@@ -195,3 +205,36 @@ async def test_built_in_kinds_use_their_named_sub_agents(client: httpx.AsyncClie
     assert said == [
         ("writer", "What is 2+3?"), ("critic", "Looks right."), ("writer", "Right. What is 10-4?"),
     ]  # fmt: skip
+
+
+async def test_alice_forwards_to_bob_in_another_session_until_terminate(
+    client: httpx.AsyncClient,
+) -> None:
+    """Byzer-Agent's README example across two sessions: Alice asks Bob (by his session's id)
+    through SendMessage, reads his reply, and her TERMINATE ends her task."""
+    assert (await _agent(client, "bob", {"model": "bob"})).status_code == 201
+    alice = {
+        "kind": "task",
+        "agent": {"kind": "tool_agent", "model": "alice", "tools": [{"name": "SendMessage"}]},
+        "done": {"contains": "TERMINATE"},
+    }
+    assert (await _agent(client, "alice", alice)).status_code == 201
+    await make_session(client, "bob", id="bob-1")
+    await make_session(client, "alice", id="alice-1")
+    body = {"message": "Ask Bob what 2 + 2 is.", "stream": True}
+    events = _events((await client.post("/v1/sessions/alice-1/messages", json=body)).text)
+    said = [
+        (m["sender"], m["receiver"], m["content"])
+        for m in (e["data"]["message"] for e in events if e["event"] == "message")
+    ]
+    assert said[1:] == [
+        ("SendMessage", "alice", "2 + 2 = 4"),
+        ("alice", "user", "Bob says: 2 + 2 = 4. TERMINATE"),
+    ]
+    assert events[-1]["data"]["run"]["output"]["extra_info"]["status"] == "DONE"
+    bobs = (await client.get("/v1/sessions/bob-1/runs")).json()["data"]
+    assert [(r["input"]["sender"], r["output"]["content"]) for r in bobs] == [
+        ("alice-1", "2 + 2 = 4")
+    ]
+    memory = (await client.get("/v1/sessions/bob-1/memory")).json()["memory"]
+    assert [m["content"] for m in memory] == ["What is 2 + 2?", "2 + 2 = 4"]
