@@ -135,7 +135,7 @@ class TaskRun:
     async def _sub_task(self, name: str, pending: AgentMessage | None) -> AsyncGenerator[Step]:
         sub = self.task.sub_tasks[name]
         last: AgentMessage | None = None
-        inputs = [] if pending is None else [pending]
+        inputs = [] if pending is None else [pending.model_copy(update={"receiver": name})]
         stream: Any = sub._stream(*inputs, session_id=self.session_id)  # an async generator
         async with aclosing(stream):
             async for chunk in stream:

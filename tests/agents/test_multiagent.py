@@ -178,3 +178,25 @@ def test_a_single_round_tool_agent_answers_after_its_tool_exchange() -> None:
     geo.enable_message(Lookup)
     result = Task(geo, single_round=True).run("capital of France?")
     assert (result.status, result.content, result.turns) == (StatusCode.DONE, "Paris.", 3)
+
+
+def test_round_robin_sub_tasks_and_a_fallback_when_one_is_silent() -> None:
+    writer = AsyncAgent(ScriptedLLM(["draft", "draft 2", "final"]), name="writer")
+    subs = [
+        Task(AsyncAgent(ScriptedLLM(["too long"]), name="editor"), single_round=True),
+        Task(AsyncAgent(ScriptedLLM(["typo"]), name="proofreader"), single_round=True),
+    ]
+    task = Task(writer, sub_tasks=subs, round_robin=True, max_turns=5)
+    said = [(m.sender, m.content) for m in task.run("write").messages]
+    assert said == [
+        ("writer", "draft"), ("editor", "too long"), ("writer", "draft 2"),
+        ("proofreader", "typo"), ("writer", "final"),
+    ]  # fmt: skip
+    silent = AsyncAgent(ScriptedLLM([""]), name="quiet")
+    quiet = Task(silent, single_round=True, max_stalled_steps=1)  # says nothing: STALLED
+    helpful = Task(AsyncAgent(ScriptedLLM(["here"]), name="helpful"), single_round=True)
+    lead = Task(AsyncAgent(ScriptedLLM(["help?"]), name="lead"), sub_tasks=[quiet, helpful])
+    result = lead.run("go", turns=2)
+    assert [(m.sender, m.content) for m in result.messages] == [
+        ("lead", "help?"), ("helpful", "here"),
+    ]  # fmt: skip
