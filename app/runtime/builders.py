@@ -144,6 +144,20 @@ def _done_rules(done: DoneSpec | None) -> dict[str, Any]:
     }
 
 
+_TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
+
+
+def check_single(spec: AgentSpec, prefix: str) -> None:
+    """``agent`` / ``tool_agent``: the task fields are a mistake, not something to ignore."""
+    for field in _TASK_FIELDS:
+        if getattr(spec, field) is not None:
+            raise ValidationFailed(
+                f"{field!r} is for kind 'task' (this is {spec.kind!r})",
+                param=f"{prefix}.{field}",
+                code="not_supported",
+            )
+
+
 def check_task(spec: AgentSpec, prefix: str) -> None:
     """422s of a ``task`` spec beyond its schema."""
     if spec.agent is None:
@@ -215,8 +229,8 @@ def register_builtins(registry: Registry) -> None:
     """The kinds and tools every installation has."""
     # One model call per message, no tools and no hooks: its memory is its only per-session
     # state, so stateless requests share one built object (AppState.stateless_agent).
-    registry.add_kind("agent", build_agent, supports_tools=False, shared=True)
-    registry.add_kind("tool_agent", build_tool_agent)
+    registry.add_kind("agent", build_agent, supports_tools=False, shared=True, check=check_single)
+    registry.add_kind("tool_agent", build_tool_agent, check=check_single)
     registry.add_kind("task", build_task, supports_tools=False, needs_model=False, check=check_task)
     for name, (module, cls) in BUILTIN_TOOLS.items():
         registry.add_tool(name, _lazy_tool(module, cls))

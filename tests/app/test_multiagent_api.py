@@ -145,6 +145,11 @@ async def test_bad_references_are_422(client: httpx.AsyncClient) -> None:
         client, "z", {"kind": "task", "agent": "pupil", "done": {"if_response": ["ghost"]}}
     )
     assert bad_rule.json()["error"]["param"] == "spec.done.if_response"
+    stray = await _agent(client, "w", {"model": "student", "max_turns": 3})
+    assert (stray.json()["error"]["param"], stray.json()["error"]["code"]) == (
+        "spec.max_turns",
+        "not_supported",
+    )
 
 
 async def test_cancel_stops_every_participant_within_a_second(
