@@ -200,3 +200,20 @@ def test_round_robin_sub_tasks_and_a_fallback_when_one_is_silent() -> None:
     assert [(m.sender, m.content) for m in result.messages] == [
         ("lead", "help?"), ("helpful", "here"),
     ]  # fmt: skip
+
+
+async def test_an_agent_as_a_tool_answers_in_the_callers_session() -> None:
+    from agents.agent_tool import AgentTool
+
+    critic = AsyncAgent(ScriptedLLM(["Looks right.", "Still right."]), name="critic")
+    writer = AsyncToolAgent(
+        ScriptedLLM(
+            [call("critic", message="2+2=4?"), "Checked.", call("critic", message="3?"), "Ok."]
+        ),
+        executor=[AgentTool(critic)],
+        name="writer",
+    )
+    assert (await writer("check", session_id="s1")).content == "Checked."
+    assert (await writer("again", session_id="s2")).content == "Ok."
+    assert [m.content for m in critic.memory.get_memory("s1")] == ["2+2=4?", "Looks right."]  # type: ignore[union-attr]
+    assert [m.content for m in critic.memory.get_memory("s2")] == ["3?", "Still right."]  # type: ignore[union-attr]
