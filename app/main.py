@@ -19,6 +19,7 @@ from app.errors import install_error_handlers
 from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
 from app.ops.tenant_usage import TenantUsage
+from app.outbound import OutboundPolicy
 from app.runtime.registry import default_registry
 from app.runtime.runs import RunManager
 from app.services.agent_directory import AgentDirectory
@@ -67,7 +68,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine=engine,
         sessionmaker=sessionmaker,
         models=ModelRegistry(settings.models),
-        registry=default_registry(),
+        registry=default_registry(OutboundPolicy.parse(settings.outbound_allow)),
         auth=Authenticator(settings.api_keys, anonymous, settings.auth_cache_ttl_s),
         agents=AgentDirectory(settings.agent_cache_ttl_s),
         tenant_usage=TenantUsage(

@@ -87,6 +87,26 @@ def agent_card(state: AppState, info: AgentInfo, description: str | None, url: s
     )
 
 
+def _placeholder_card() -> AgentCard:
+    card = AgentCard(
+        name="agent",
+        description="replaced per request",
+        version="0",
+        supported_interfaces=[
+            AgentInterface(
+                url="http://127.0.0.1/",
+                protocol_binding=TransportProtocol.JSONRPC,
+                protocol_version=PROTOCOL_VERSION_1_0,
+            )
+        ],
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[AgentSkill(id="chat", name="chat", description="chat", tags=["chat"])],
+    )
+    return card
+
+
 class _Context(DefaultServerCallContextBuilder):
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
@@ -102,7 +122,8 @@ class A2AMount:
     """The ASGI app mounted at ``/a2a/{agent}``."""
 
     def __init__(self) -> None:
-        placeholder = AgentCard(name="agent", description="set per request", version="0")
+        # The card route's own card is never served: _this_card answers each request's agent.
+        placeholder = _placeholder_card()
         self.router = Router(
             routes=[
                 *create_agent_card_routes(placeholder, card_modifier=_this_card),

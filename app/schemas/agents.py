@@ -70,6 +70,10 @@ class AgentSpec(BaseModel):
     max_turn: int = Field(default=5, ge=1, le=100)
     sub_agents: dict[str, AgentSpec] = Field(default_factory=dict)
     budget: BudgetSpec | None = None  # tokens per session (app.ops.budget)
+    # An agent on another server, over A2A (agents.remote.RemoteAgent): its base URL, and the
+    # name of the environment variable holding its API key (AGENTSTATION_REMOTE_KEY_*).
+    remote: str | None = Field(default=None, min_length=1, max_length=2048)
+    api_key_env: str | None = Field(default=None, min_length=1, max_length=128)
 
 
 AgentName = Annotated[str, Name]
