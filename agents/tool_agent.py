@@ -75,6 +75,9 @@ class _ToolLoop(BaseAgent):
         self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
     ) -> Any:
         """Model turns and tool calls until an answer; yields every phase."""
+        prepare = getattr(self.executor, "aprepare", None)
+        if prepare is not None:  # tools that list their APIs at run time (MCP servers)
+            await prepare(session_id)
         llm_kwargs = getattr(self.output_format, "llm_kwargs", None)
         if llm_kwargs is not None:  # native tool calls: the tools go with every model call
             kwargs = {**llm_kwargs(self.executor), **kwargs}

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from agents.actions.mcp_conn import CONNECTIONS as mcp_connections
 from app.a2a.routes import mount_a2a
 from app.api import agents, health, openai, runs, sessions
 from app.db.engine import create_engine, create_sessionmaker
@@ -102,6 +103,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 await closer()
         await state.tenant_usage.aclose()  # batched tenant usage, before the engine closes
         await state.runs.aclose(settings.shutdown_grace_s)
+        await mcp_connections.aclose()  # the sessions' MCP servers (stdio ones are sandboxed)
         sandbox.cancel()
         with contextlib.suppress(BaseException):
             await sandbox

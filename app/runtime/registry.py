@@ -124,20 +124,15 @@ class Registry:
                     code="unknown_tool",
                 )
             self._check_tool_config(tool.name, tool.config, f"{prefix}.tools[{i}].config")
+            if tool.name == "mcp" and isinstance(tool.config.get("url"), str):
+                self._check_url(tool.config["url"], f"{prefix}.tools[{i}].config.url")
         for name, sub in spec.sub_agents.items():
             self.validate(sub, models, f"{prefix}.sub_agents.{name}")
 
     def _validate_remote(self, spec: AgentSpec, prefix: str) -> None:
         """A remote agent: an allowed URL (syntax and listed or literal addresses; host names
         are resolved and checked again when connecting) and a key variable with the prefix."""
-        try:
-            host, port = self.outbound.check_syntax(spec.remote or "")
-            if not self.outbound.listed(host, port):
-                _refuse_literal_private(host)
-        except OutboundRefused as exc:
-            raise ValidationFailed(
-                str(exc), param=f"{prefix}.remote", code="url_not_allowed"
-            ) from None
+        self._check_url(spec.remote or "", f"{prefix}.remote")
         env = spec.api_key_env
         if env is not None and not env.startswith(self.remote_key_prefix):
             raise ValidationFailed(
@@ -145,6 +140,16 @@ class Registry:
                 param=f"{prefix}.api_key_env",
                 code="invalid_value",
             )
+
+    def _check_url(self, url: str, param: str) -> None:
+        """422 ``url_not_allowed`` unless the URL passes the outbound policy (syntax, listed,
+        or not a literal private address; host names are resolved again when connecting)."""
+        try:
+            host, port = self.outbound.check_syntax(url)
+            if not self.outbound.listed(host, port):
+                _refuse_literal_private(host)
+        except OutboundRefused as exc:
+            raise ValidationFailed(str(exc), param=param, code="url_not_allowed") from None
 
     def _check_tool_config(self, name: str, config: dict[str, Any], param: str) -> None:
         """Build the tool once (tools start nothing in their constructor) to check its config."""
@@ -185,6 +190,9 @@ class Registry:
             config = _tool_kwargs(ref.name, ref.config)
             if ref.name.startswith("IPython") and ctx.kernel_pool is not None:
                 config["pool"] = ctx.kernel_pool  # the gateway's pool, never one from input
+            if ref.name == "mcp":  # the service's policies, never values from input
+                config["url_check"] = self.outbound.check
+                config["launch"] = _stdio_launcher(ctx.kernel_pool)
             tools.append(self.tools[ref.name](**config))
         return tools
 
@@ -200,6 +208,17 @@ class Registry:
                 self.add_tool(ep.name, ep.load())
             except Exception:
                 log.exception("tool entry point %s failed to load", ep.name)
+
+
+def _stdio_launcher(pool: Any) -> Any:
+    """How ``mcp`` tools start stdio servers: in the session's sandbox, or not at all."""
+    if pool is not None:
+        return pool.stdio_launch
+
+    async def refuse(session: str, argv: list[str]) -> Any:
+        raise RuntimeError("stdio MCP servers need the sandbox, which is disabled here")
+
+    return refuse
 
 
 def _refuse_literal_private(host: str) -> None:
@@ -219,7 +238,7 @@ def _refuse_literal_private(host: str) -> None:
 
 def _tool_kwargs(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments from a spec's tool config (``timeout_s`` is the kernel timeout)."""
-    kwargs = {k: v for k, v in config.items() if k != "pool"}
+    kwargs = {k: v for k, v in config.items() if k not in ("pool", "url_check", "launch")}
     if name.startswith("IPython") and "timeout_s" in kwargs:
         kwargs["timeout"] = kwargs.pop("timeout_s")
     return kwargs
