@@ -100,6 +100,9 @@ class _ToolLoop(BaseAgent):
         self, message: tuple[AgentMessage, ...], session_id: SessionId, **kwargs: Any
     ) -> AsyncIterator[AgentMessage]:
         """One model call on the session's memory: STREAM_ING chunks, then the parsed reply."""
+        prepare = getattr(self.executor, "aprepare", None)
+        if prepare is not None:  # tools that list their APIs at run time (MCP servers)
+            await prepare(session_id)
         llm_kwargs = getattr(self.output_format, "llm_kwargs", None)
         if llm_kwargs is not None:  # native tool calls: the tools go with every model call
             kwargs = {**llm_kwargs(self.executor), **kwargs}

@@ -13,12 +13,15 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from agents.actions.mcp_conn import CONNECTIONS as mcp_connections
+from app.a2a.routes import mount_a2a
 from app.api import agents, health, openai, runs, sessions
 from app.db.engine import create_engine, create_sessionmaker
 from app.errors import install_error_handlers
 from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
 from app.ops.tenant_usage import TenantUsage
+from app.outbound import OutboundPolicy
 from app.runtime.registry import default_registry
 from app.runtime.runs import RunManager
 from app.services.agent_directory import AgentDirectory
@@ -68,7 +71,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine=engine,
         sessionmaker=sessionmaker,
         models=ModelRegistry(settings.models),
-        registry=default_registry(),
+        registry=default_registry(OutboundPolicy.parse(settings.outbound_allow)),
         auth=Authenticator(settings.api_keys, anonymous, settings.auth_cache_ttl_s),
         agents=AgentDirectory(settings.agent_cache_ttl_s),
         tenant_usage=TenantUsage(
@@ -104,6 +107,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 await closer()
         await state.tenant_usage.aclose()  # batched tenant usage, before the engine closes
         await state.runs.aclose(settings.shutdown_grace_s)
+        await mcp_connections.aclose()  # the sessions' MCP servers (stdio ones are sandboxed)
         sandbox.cancel()
         with contextlib.suppress(BaseException):
             await sandbox
@@ -132,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
     for router in (openai.router, agents.router, sessions.router, runs.router, health.router):
         app.include_router(router)
+    mount_a2a(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(

@@ -17,7 +17,7 @@ from pathlib import Path
 from agents.sandbox import selftest, workdirs
 from agents.sandbox.config import Level, SandboxConfig, level_rank
 from agents.sandbox.kernel import SandboxKernel
-from agents.sandbox.launcher import SANDBOX_WORKDIR
+from agents.sandbox.launcher import SANDBOX_WORKDIR, LaunchSpec, kernel_env, sandboxed
 from agents.sandbox.loop import LoopThread
 from agents.sandbox.output import CellResult
 from agents.sandbox.reaper import FileLock, UidAllocator, reap_leftovers
@@ -85,6 +85,37 @@ class KernelPool:
         """The session's work dir on the host."""
         name = hashlib.sha256(session_key.encode()).hexdigest()[:32]
         return self.config.base_dir / "sessions" / name
+
+    async def stdio_launch(
+        self, session_key: str, argv: list[str]
+    ) -> tuple[list[str], dict[str, str], str]:
+        """(argv, env, cwd) that run ``argv`` in the session's sandbox, as its kernels run
+        (uid, rlimits, bubblewrap at L3, a cleared environment), with stdin/stdout left to
+        the caller (an MCP stdio server). cgroups are not applied (they need the start gate,
+        which would consume the protocol's first line): rlimits bound memory and processes."""
+        return await self._loop().run(self._stdio_launch(session_key, argv))
+
+    async def _stdio_launch(
+        self, session_key: str, argv: list[str]
+    ) -> tuple[list[str], dict[str, str], str]:
+        if self.level is None:
+            await self._start()
+        if not self.level_ok or self.level is None:
+            raise SandboxError(
+                f"sandbox isolation level {self.level} is below the required "
+                f"{self.config.min_level}: refusing to start a stdio server"
+            )
+        workdir = self.workdir(session_key)
+        uid = self._uid_for(session_key)
+        workdirs.ensure(workdir, uid)
+        run_dir = self.run_root / self.pool_id / f"stdio-{secrets.token_hex(4)}"
+        run_dir.mkdir(mode=0o700, parents=True)
+        if uid is not None:
+            os.chown(run_dir, uid, uid)
+        spec = LaunchSpec(self.level, uid, workdir, run_dir, run_dir / "unused.json")
+        marker = f"{self.pool_id}-stdio"
+        env = kernel_env(self.config, spec, marker)
+        return sandboxed(self.config, spec, argv), env, str(workdir)
 
     def save_file(self, session_key: str, relpath: str, data: bytes) -> str:
         """Write a file into the session's work dir; returns its path as the kernel sees it."""

@@ -270,6 +270,10 @@ async def _wait_or_cancel(runs: RunManager, run_id: str, request: Request, cance
 
 
 async def _shutdown_kernel(state: Any, session_key: str) -> None:
+    """The session's tools end with it: its MCP connections, then its kernels."""
+    from agents.actions.mcp_conn import CONNECTIONS
+
+    await CONNECTIONS.close_session(session_key)
     pool = state.kernel_pool
     if pool is not None:
         await pool.shutdown_session(session_key)

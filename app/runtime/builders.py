@@ -222,6 +222,7 @@ def _lazy_tool(module: str, name: str) -> Any:
 BUILTIN_TOOLS = {
     "IPythonInteractive": ("agents.actions.ipython", "AsyncIPythonInteractive"),
     "IPythonInterpreter": ("agents.actions.ipython", "AsyncIPythonInterpreter"),
+    "mcp": ("agents.actions.mcp", "MCPToolkit"),  # an MCP server's tools (docs/interop.md)
 }
 
 

@@ -110,6 +110,10 @@ class AgentSpec(BaseModel):
     # Other agents: inline specs, or stored agents by name (pinned when a session starts).
     sub_agents: dict[str, AgentSpec | AgentName] = Field(default_factory=dict)
     budget: BudgetSpec | None = None  # tokens per session (app.ops.budget)
+    # An agent on another server, over A2A (agents.remote.RemoteAgent): its base URL, and the
+    # name of the environment variable holding its API key (AGENTSTATION_REMOTE_KEY_*).
+    remote: str | None = Field(default=None, min_length=1, max_length=2048)
+    api_key_env: str | None = Field(default=None, min_length=1, max_length=128)
     # kind "task" (agents.Task): its agent, sub-tasks and termination rules.
     agent: AgentSpec | AgentName | None = None
     sub_tasks: list[SubTaskSpec] | None = Field(default=None, max_length=32)
