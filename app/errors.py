@@ -113,11 +113,23 @@ class PayloadTooLarge(AppError):
 
 
 class Unavailable(AppError):
-    """503: the engine is not ready or overloaded."""
+    """503: the engine is not ready or overloaded (``retry-after: 1`` unless given)."""
 
     status = 503
     type = "server_error"
     code = "engine_unavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            message, param=param, code=code, headers={"retry-after": "1", **(headers or {})}
+        )
 
 
 class DatabaseUnavailable(Unavailable):

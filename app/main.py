@@ -38,14 +38,25 @@ def allow_anonymous(settings: Settings) -> bool:
     return not settings.api_keys and settings.is_loopback
 
 
-async def _start_sandbox(state: AppState) -> None:
+def _new_sandbox(state: AppState) -> None:
+    """The kernel pool, before any request: a tool call during the self-test then goes to
+    this pool and waits for its (single-flight) start-up instead of racing it."""
     if not state.settings.sandbox_enabled:
         return
     try:
         from agents.sandbox import KernelPool, SandboxConfig
 
-        pool = KernelPool(SandboxConfig.from_env())
-        state.kernel_pool = pool
+        state.kernel_pool = KernelPool(SandboxConfig.from_env())
+    except Exception as exc:  # the service still serves agents without tools
+        log.exception("sandbox unavailable")
+        state.extras["sandbox_error"] = str(exc)
+
+
+async def _start_sandbox(state: AppState) -> None:
+    pool = state.kernel_pool
+    if pool is None:
+        return
+    try:
         level = await pool.start()
         log.info("sandbox isolation level %s", level)
     except Exception as exc:  # the service still serves agents without tools
@@ -88,6 +99,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             "no API keys configured: accepting anonymous requests on %s (loopback)", settings.host
         )
     await state.models.start()
+    _new_sandbox(state)
     sandbox = asyncio.create_task(_start_sandbox(state))
     state.runs = RunManager(
         engine, sessionmaker, state.build_agent, settings.event_flush_s, settings.cancel_timeout_s

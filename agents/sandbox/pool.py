@@ -46,6 +46,7 @@ class KernelPool:
         self._reaper: asyncio.Task[None] | None = None
         self._lock: FileLock | None = None
         self._allocator: UidAllocator | None = None
+        self._starting: asyncio.Future[Level] | None = None  # the one start-up (see _start)
         self.closed = False
 
     # -- public API (callable from any event loop or thread) --------------------------------
@@ -155,8 +156,26 @@ class KernelPool:
         return self.config.base_dir / "run"
 
     async def _start(self) -> Level:
+        """Single-flight: every caller (the service's start-up self-test, a tool call that
+        arrives meanwhile) waits for the one start-up, at most ``start_timeout_s``."""
         if self.level is not None:
             return self.level
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start_once())
+        starting = self._starting
+        try:
+            return await asyncio.wait_for(asyncio.shield(starting), self.config.start_timeout_s)
+        except TimeoutError:
+            raise SandboxError(
+                f"the sandbox is still starting (self-test running for over "
+                f"{self.config.start_timeout_s:g} s); try again shortly"
+            ) from None
+        finally:
+            failed = starting.done() and (starting.cancelled() or starting.exception() is not None)
+            if failed and self._starting is starting:
+                self._starting = None  # a failed start-up may be tried again
+
+    async def _start_once(self) -> Level:
         self._prepare_dirs()
         self._start_slots = asyncio.Semaphore(max(1, self.config.start_concurrency))
         self._slot_freed = asyncio.Condition()
