@@ -267,10 +267,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def engine_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, EngineError)
-        err = Unavailable(exc.message, code=exc.code)
+        err = Unavailable(exc.message, code=exc.code, param=exc.param)
         err.status = exc.status
         if 400 <= exc.status < 500:  # the engine refused the request itself, not a failure
             err.type = "invalid_request_error"
+            err.headers.pop("retry-after", None)
         return error_response(err)
 
     async def upstream_unreachable(_: Request, exc: Exception) -> JSONResponse:

@@ -129,14 +129,16 @@ async def execute(manager: RunManager, job: Job) -> None:
                     turn.agent, job.message, job.session_key, job.gen_params, job.channel, result
                 )
             job.finishing = True
+            # "length": the answer's model call hit its max tokens (OpenAI's finish_reason).
+            end = "length" if result.usage.last_finish == "length" else "end"
             try:
-                await _finish(manager, job, "completed", "end", result, turn, hold=hold)
+                await _finish(manager, job, "completed", end, result, turn, hold=hold)
             except Exception as exc:
                 if not (hold.broken and database_unavailable(exc)):
                     raise
                 # The lock's connection was lost (nothing committed there): store the end on a
                 # pooled connection, retried while the database is unreachable.
-                await _finish_safely(manager, job, "completed", "end", result, turn)
+                await _finish_safely(manager, job, "completed", end, result, turn)
     except BudgetExceeded:
         # Stopped at a model-call boundary: keep what the turn produced so far.
         job.finishing = True
@@ -315,7 +317,7 @@ async def _finish(
             if charge:
                 await charge_tenant(db, job.tenant_id, charge)
             event = await job.channel.save_final(db, *terminal)
-    clean = status == "completed" and stop_reason == "end"
+    clean = status == "completed" and stop_reason in ("end", "length")
     if clean and turn is not None and turn.nodes is not None and after is not None:
         manager.memory.put(job.session_pk, turn.rev + (1 if changed else 0), after)
     if later is not None:

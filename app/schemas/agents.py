@@ -16,13 +16,13 @@ class GenParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=1)
-    max_new_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    repetition_penalty: float | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0, le=2, strict=True)
+    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
+    top_k: int | None = Field(default=None, ge=1, strict=True)
+    max_new_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
+    repetition_penalty: float | None = Field(default=None, gt=0, strict=True)
     stop_words: list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, strict=True)
 
     def to_kwargs(self) -> dict[str, Any]:
         """The set parameters only."""
@@ -76,10 +76,10 @@ class RunBudgetSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_tokens: int | None = Field(default=None, ge=1, le=10**12)
-    max_cost: float | None = Field(default=None, gt=0)
-    prompt_cost_per_1k: float = Field(default=0.0, ge=0)
-    completion_cost_per_1k: float = Field(default=0.0, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12, strict=True)
+    max_cost: float | None = Field(default=None, gt=0, strict=True)
+    prompt_cost_per_1k: float = Field(default=0.0, ge=0, strict=True)
+    completion_cost_per_1k: float = Field(default=0.0, ge=0, strict=True)
 
 
 class SubTaskSpec(BaseModel):
@@ -90,7 +90,7 @@ class SubTaskSpec(BaseModel):
     agent: AgentSpec | AgentName
     name: MemberName | None = None  # default: the stored agent's name (dots as _), or "sub<i>"
     single_round: bool = True
-    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    max_turns: int | None = Field(default=None, ge=1, le=1000, strict=True)
     done: DoneSpec | None = None
 
 
@@ -106,7 +106,10 @@ class AgentSpec(BaseModel):
     output_format: OutputFormat | None = None
     aggregator: Literal["default", "tool"] = "default"
     tools: list[ToolRef] = Field(default_factory=list)
-    max_turn: int = Field(default=5, ge=1, le=100)
+    max_turn: int = Field(default=5, ge=1, le=100, strict=True)
+    # What a message to a busy session does when the request does not say (REST's
+    # multitask_strategy, the OpenAI front door's X-Multitask-Strategy); None: reject.
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = None
     # Other agents: inline specs, or stored agents by name (pinned when a session starts).
     sub_agents: dict[str, AgentSpec | AgentName] = Field(default_factory=dict)
     budget: BudgetSpec | None = None  # tokens per session (app.ops.budget)
@@ -118,7 +121,7 @@ class AgentSpec(BaseModel):
     agent: AgentSpec | AgentName | None = None
     sub_tasks: list[SubTaskSpec] | None = Field(default=None, max_length=32)
     done: DoneSpec | None = None
-    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    max_turns: int | None = Field(default=None, ge=1, le=1000, strict=True)
     max_stalled_steps: int | None = Field(default=None, ge=1, le=100)  # None: 3
     run_budget: RunBudgetSpec | None = None
 

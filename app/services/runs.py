@@ -120,7 +120,11 @@ async def prepare_submission(
         agent_name=agent_name,
         spec=spec,
         message=message,
-        strategy=body.multitask_strategy,
+        strategy=(
+            body.multitask_strategy
+            if "multitask_strategy" in body.model_fields_set
+            else spec.multitask_strategy or "reject"
+        ),
         gen_params=body.gen_params.to_kwargs(),
         options={
             "stream": body.stream,
