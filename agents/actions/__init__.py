@@ -27,6 +27,7 @@ from agents.actions.builtins import (
 )
 from agents.actions.executor import ActionExecutor, AsyncActionExecutor
 from agents.actions.prompts import get_plugin_prompt
+from agents.actions.web import AsyncWebBrowser
 
 _LAZY = {
     "IPythonInteractive": "agents.actions.ipython",
@@ -39,6 +40,7 @@ __all__ = [
     "ActionExecutor",
     "AsyncActionExecutor",
     "AsyncActionMixin",
+    "AsyncWebBrowser",
     "BaseAction",
     "Calculator",
     "Clock",

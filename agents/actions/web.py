@@ -16,7 +16,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from agents.actions.base import BaseAction, tool_api
+from agents.actions.base import AsyncActionMixin, BaseAction, tool_api
 
 _SKIP_TAGS = {"script", "style", "noscript", "template", "svg", "head"}
 _BLOCK_TAGS = {
@@ -179,3 +179,16 @@ class WebBrowser(BaseAction):
         if len(text) > self.max_chars:
             text = text[: self.max_chars] + "\n…[truncated]"
         return f"URL: {url}\n{text}"
+
+
+class AsyncWebBrowser(AsyncActionMixin, WebBrowser):  # type: ignore[misc]
+    """lagent's async twin of ``WebBrowser``: ``await browser(inputs, "open_url")``.
+
+    It answers to the same tool name (``WebBrowser``), so prompts and tool calls carry over;
+    the fetching is the one async implementation above.
+    """
+
+    def __init__(self, description: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if description is None:
+            description = {**self.__tool_description__, "name": "WebBrowser"}
+        super().__init__(description=description, **kwargs)

@@ -26,11 +26,16 @@ class KernelChannels:
         ctx.setsockopt(zmq.RCVHWM, 64)
         ctx.setsockopt(zmq.LINGER, 0)
         self._context = ctx
-        self.client = AsyncKernelClient(context=ctx)
-        self.client.load_connection_file(str(connection_file))
-        self.client.start_channels(hb=False)
         self._monitor: zmq.Socket[bytes] | None = None
-        self._watch_iopub()
+        self._monitor_async: zmq.Socket[bytes] | None = None
+        self.client = AsyncKernelClient(context=ctx)
+        try:
+            self.client.load_connection_file(str(connection_file))
+            self.client.start_channels(hb=False)
+            self._watch_iopub()
+        except BaseException:  # nobody will own this object: close what it opened
+            self.close()
+            raise
 
     def _watch_iopub(self) -> None:
         socket = self.client.iopub_channel.socket
@@ -40,9 +45,16 @@ class KernelChannels:
         self._monitor = zmq.Socket.shadow(self._monitor_async.underlying)
 
     def _unwatch_iopub(self) -> None:
-        if self._monitor is not None:
-            self._monitor = None
-            self._monitor_async.close(linger=0)
+        """Stop monitoring IOPub and close the monitor's PAIR socket (every path ends here)."""
+        self._monitor = None
+        monitor, self._monitor_async = self._monitor_async, None
+        if monitor is None:
+            return
+        socket = self.client.iopub_channel.socket if self.client.iopub_channel else None
+        with contextlib.suppress(Exception):
+            if socket is not None and not socket.closed:
+                socket.disable_monitor()
+        monitor.close(linger=0)
 
     def dropped_messages(self) -> bool:
         """Whether IOPub was disconnected (an over-size message) since the last check."""
@@ -110,8 +122,10 @@ class KernelChannels:
                 await self.client.get_iopub_msg(timeout=wait)
 
     def close(self) -> None:
-        """Close every socket and the context."""
-        self._unwatch_iopub()
+        """Close every socket and the context (idempotent)."""
+        with contextlib.suppress(Exception):
+            self._unwatch_iopub()
         with contextlib.suppress(Exception):
             self.client.stop_channels()
-        self._context.destroy(linger=0)
+        if not self._context.closed:
+            self._context.destroy(linger=0)

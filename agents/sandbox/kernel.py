@@ -88,7 +88,12 @@ class SandboxKernel:
             cgroup_procs=self.cgroup.procs_files if self.cgroup else (),
         )
         self.proc = spawn(self.config, spec, marker)
-        self.channels = KernelChannels(conn, self.config.max_message_bytes)
+        self._close_client()  # a restarted kernel: never two clients' sockets
+        try:
+            self.channels = KernelChannels(conn, self.config.max_message_bytes)
+        except BaseException:
+            self.kill()
+            raise
         try:
             await self.channels.wait_ready(lambda: self.alive, self.config.start_timeout_s)
         except KernelStartError as exc:

@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 from aiohttp import web
 
-from agents.actions import AsyncActionExecutor, Calculator, Clock, WebBrowser
+from agents.actions import AsyncActionExecutor, AsyncWebBrowser, Calculator, Clock, WebBrowser
 from agents.schema import ActionStatusCode, AgentMessage
 
 PAGE = """<html><head><title>Der  Bär</title><style>p {color: red}</style></head>
@@ -135,3 +135,16 @@ async def test_clock() -> None:
     bad = await Clock().acall({"timezone": "Mars/Olympus"}, "current_time")
     assert bad.state == ActionStatusCode.API_ERROR
     assert re.search("unknown time zone 'Mars/Olympus'", bad.errmsg or "")
+
+
+async def test_async_web_browser_is_the_lagent_twin(site: str) -> None:
+    """``from agents.actions import AsyncWebBrowser`` (lagent programs port); same tool name."""
+    browser = AsyncWebBrowser(allow_private=True)
+    assert browser.name == "WebBrowser"
+    direct = await browser({"url": site + "/page"}, "open_url")  # lagent's awaitable call
+    assert direct.state == ActionStatusCode.SUCCESS
+    assert "Grüße" in direct.format_result()
+    reply = await browse(browser, site + "/hop")  # and through an executor, by the same name
+    assert reply.content.format_result().startswith(f"URL: {site}/page")
+    blocked = await AsyncWebBrowser()({"url": "http://127.0.0.1:9/"}, "open_url")
+    assert blocked.state != ActionStatusCode.SUCCESS and "non-public" in (blocked.errmsg or "")
