@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -239,6 +240,28 @@ class RunManager:
             await self.locks.release(hold)  # before the job owns it (else a no-op)
             raise
         return run
+
+    @asynccontextmanager
+    async def writing_memory(self, session_pk: str, session_id: str) -> AsyncIterator[AsyncSession]:
+        """A transaction that may replace the session's memory (PUT, reset), admitted like a
+        run: under the session's admission lock (on PostgreSQL across replicas), and refused
+        with 409 ``session_busy`` while a run of the session is queued or running, so a turn
+        never loads, or appends to, a memory replaced under it."""
+        for attempt in (1, 2):
+            async with self.locks.admission(session_pk):
+                async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+                    await lock_for_transaction(db, session_pk)
+                    busy = await db.scalar(
+                        sa.select(Run.id)
+                        .where(Run.session_pk == session_pk, Run.status.in_(ACTIVE))
+                        .limit(1)
+                    )
+                    if busy is None:
+                        yield db
+                        return
+            # Busy with a run whose replica died? Close it (as recovery would), then retry.
+            if attempt == 2 or not await self.reap_session(session_pk):
+                raise SessionBusy(session_id)
 
     async def _by_key(self, db: AsyncSession, sub: Submission) -> Run | None:
         found: Run | None = await db.scalar(
