@@ -60,6 +60,7 @@ class RunChannel:
         self.reserved = reserved  # durably reserved: ids up to it may be sent before storage
         self.stored = 0  # events up to this seq are stored
         self._reserving: asyncio.Task[None] | None = None
+        self._followers = 0  # ids are reserved only for someone to send them to
         self._writes = writes
         self.events: list[Event] = []
         self.done = False
@@ -118,8 +119,13 @@ class RunChannel:
         return min(len(self.events), max(self.reserved, self.stored))
 
     def _reserve_soon(self) -> None:
-        """Reserve the next block of ids in the background when few are left."""
-        if self._reserving is None and len(self.events) + SEQ_LOW_WATER > self.reserved:
+        """Reserve the next block of ids in the background when few are left (and the run
+        has followers: without any, events wait for storage, which the final write does)."""
+        if (
+            self._followers
+            and self._reserving is None
+            and len(self.events) + SEQ_LOW_WATER > self.reserved
+        ):
             self._reserving = asyncio.create_task(self._reserve())
 
     async def _reserve(self) -> None:
@@ -257,15 +263,20 @@ class RunChannel:
     async def follow(self, after: int = 0) -> AsyncIterator[Event]:
         """Events with ``seq > after``, live until the run ends."""
         position = max(after, 0)
-        while True:
-            while position < self.sendable():
-                position += 1
-                yield self.events[position - 1]
-            if self.done:
-                return
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
+        self._followers += 1
+        try:
+            self._reserve_soon()
+            while True:
+                while position < self.sendable():
+                    position += 1
+                    yield self.events[position - 1]
+                if self.done:
+                    return
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                await waiter
+        finally:
+            self._followers -= 1
 
 
 def gap_event(stored: int, reserved: int, reason: str) -> tuple[str, dict[str, Any]] | None:
