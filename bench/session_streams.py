@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--words", type=int, default=80)
     args = parser.parse_args(argv)
     for db in args.db:
-        url = reset_postgres_db() if db == "postgres" else None
+        url = reset_postgres_db("agentstation_bench_sessions") if db == "postgres" else None
         with gateway_server(f"gw-sessions-{db}", STREAM_MODEL, url, **GATEWAY_ENV) as gw:
             http_json("POST", f"{gw.base_url}/v1/agents", {"name": "a", "spec": AGENT_SPEC})
             for level in args.levels:

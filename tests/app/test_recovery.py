@@ -120,3 +120,9 @@ async def test_a_long_stream_reserves_more_event_ids(
             run = await db.get(Run, frames[-1]["data"]["run"]["id"])
         # Raised before the ids past the first block were sent.
         assert run is not None and run.seq_reserved >= len(ids) - 1 > SEQ_BLOCK
+        # A turn nobody follows live reserves nothing past the first block, which its
+        # admission stored (PostgreSQL's through the column default): what the channel assumes.
+        done = (await c.post(f"/v1/sessions/{sid}/messages", json={"message": "x"})).json()
+        async with app.state.agentstation.sessionmaker() as db:
+            quiet = await db.get(Run, done["run"]["id"])
+        assert quiet is not None and quiet.seq_reserved == SEQ_BLOCK
