@@ -31,7 +31,9 @@ def _engine_error(exc: Exception) -> EngineError:
         log.warning("upstream model unreachable: %s", exc)  # its address stays here
         return EngineError("upstream model unreachable")
     if 400 <= status < 500 and status not in _NOT_THE_CALLERS:
-        return EngineError(f"upstream model refused the request: {exc}", status, "upstream_error")
+        # The caller's own request was refused: the upstream's words (not its address) help.
+        words = exc.detail if isinstance(exc, APIError) and exc.detail is not None else ""
+        return EngineError(f"upstream model refused the request: {words}", status, "upstream_error")
     # The gateway's configuration or the upstream's state (its words may quote the gateway's
     # upstream key or model name): the log has them, the caller gets the status.
     log.warning("upstream error %s: %s", status, exc)
