@@ -24,7 +24,7 @@ from app.deps import (
     validated_body,
 )
 from app.engines.base import EngineError
-from app.errors import AppError, BadRequest, NotFound, Unavailable, upstream_unavailable
+from app.errors import AppError, BadRequest, NotFound, Unavailable, public_error
 from app.models.encoded import EncodedJSON, dumps, encoded
 from app.schemas.openai import ChatCompletionRequest, inline_json_schema
 from app.services import chat
@@ -267,18 +267,6 @@ def _data(obj: dict[str, Any]) -> bytes:
 
 
 def _error(exc: Exception) -> dict[str, Any]:
-    if isinstance(exc, APIConnectionError):
-        exc = upstream_unavailable(exc)
-    if isinstance(exc, AppError):
-        error: dict[str, Any] = exc.body()["error"]
-        return error
-    if isinstance(exc, EngineError):
-        kind = "invalid_request_error" if 400 <= exc.status < 500 else "server_error"
-        return {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}
-    log.exception("chat completion stream failed", exc_info=exc)
-    return {
-        "message": str(exc) or type(exc).__name__,
-        "type": "server_error",
-        "param": None,
-        "code": "internal_error",
-    }
+    if not isinstance(exc, AppError | EngineError | APIConnectionError):
+        log.exception("chat completion stream failed", exc_info=exc)
+    return public_error(exc)

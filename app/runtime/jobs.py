@@ -17,8 +17,7 @@ from app.db import raw
 from app.db.base import utcnow
 from app.db.models import Run
 from app.db.models import Session as SessionRow
-from app.engines.base import EngineError
-from app.errors import database_unavailable
+from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, RunBudget, budget_scope
 from app.ops.budget_store import charge_tenant
@@ -148,10 +147,10 @@ async def execute(manager: RunManager, job: Job) -> None:
         status, keep = CANCEL_MODES.get(mode, ("cancelled", False))
         await _finish_safely(manager, job, status, mode, result, turn if keep else None)
     except Exception as exc:
+        # The detail (it may hold SQL and its parameters, paths, other tenants' ids) goes to
+        # the log only; the run's error says what a client may know, with the request id.
         log.exception("run %s failed", job.run_id)
-        error = {"message": str(exc) or type(exc).__name__, "type": type(exc).__name__}
-        if isinstance(exc, EngineError):
-            error["code"] = exc.code
+        error = public_error(exc)
         await _finish_safely(manager, job, "failed", "error", result, None, error)
     finally:
         await _guard(job.channel.close())
