@@ -1,4 +1,4 @@
-"""``agentstation serve | migrate | keys create --tenant T | demo-model PATH``."""
+"""``agentstation serve | migrate | keys create|list|revoke | demo-model PATH``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from app.settings import ModelConfig, Settings
 
@@ -99,7 +100,9 @@ def migrate(_: argparse.Namespace) -> int:
     return 0
 
 
-async def _create_key(tenant: str, token_budget: int | None = None) -> str:
+async def _create_key(
+    tenant: str, token_budget: int | None = None, models: list[str] | None = None
+) -> str:
     from app.db.engine import create_engine, create_sessionmaker
     from app.ops.budget_store import set_tenant_budget
     from app.services.auth import create_key
@@ -108,7 +111,7 @@ async def _create_key(tenant: str, token_budget: int | None = None) -> str:
     engine = create_engine(settings.database_url)
     try:
         async with create_sessionmaker(engine)() as db, db.begin():
-            key = await create_key(db, tenant)
+            key = await create_key(db, tenant, models)
             if token_budget is not None:
                 await set_tenant_budget(db, tenant, token_budget)
             return key
@@ -116,12 +119,62 @@ async def _create_key(tenant: str, token_budget: int | None = None) -> str:
         await engine.dispose()
 
 
+def _model_list(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    models = [m.strip() for m in value.split(",") if m.strip()]
+    if not models:
+        raise SystemExit("--models needs at least one model name (leave it out for all)")
+    return models
+
+
 def keys_create(args: argparse.Namespace) -> int:
     """Print a new API key for a tenant (stored hashed)."""
     settings = Settings()
     if settings.is_sqlite:
         _migrate(settings)
-    print(asyncio.run(_create_key(args.tenant, args.token_budget)))
+    print(asyncio.run(_create_key(args.tenant, args.token_budget, _model_list(args.models))))
+    return 0
+
+
+async def _with_db(work: Any) -> Any:
+    from app.db.engine import create_engine, create_sessionmaker
+
+    engine = create_engine(Settings().database_url)
+    try:
+        async with create_sessionmaker(engine)() as db, db.begin():
+            return await work(db)
+    finally:
+        await engine.dispose()
+
+
+def keys_list(args: argparse.Namespace) -> int:
+    """One line per stored key: id, tenant, prefix, models, created, revoked (no secrets)."""
+    from app.services.auth import list_keys
+
+    settings = Settings()
+    if settings.is_sqlite:
+        _migrate(settings)
+    rows = asyncio.run(_with_db(lambda db: list_keys(db, args.tenant)))
+    print("id\ttenant\tprefix\tmodels\tcreated\trevoked")
+    for row in rows:
+        models = ",".join(row.models) if row.models is not None else "*"
+        revoked = row.revoked_at.isoformat() if row.revoked_at else "-"
+        print(f"{row.id}\t{row.tenant_id}\t{row.prefix}…\t{models}\t"
+              f"{row.created_at.isoformat()}\t{revoked}")  # fmt: skip
+    return 0
+
+
+def keys_revoke(args: argparse.Namespace) -> int:
+    """Revoke a key by id: 401 on every replica within AGENTSTATION_AUTH_CACHE_TTL_S."""
+    from app.services.auth import revoke_key
+
+    row = asyncio.run(_with_db(lambda db: revoke_key(db, args.key_id)))
+    if row is None:
+        print(f"no key {args.key_id!r}", file=sys.stderr)
+        return 1
+    ttl = Settings().auth_cache_ttl_s
+    print(f"revoked {row.id} (tenant {row.tenant_id}); replicas refuse it within {ttl:g} s")
     return 0
 
 
@@ -147,7 +200,16 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--token-budget", type=int, default=None, help="total tokens the tenant may use"
     )
+    create.add_argument(
+        "--models", default=None, help="comma-separated raw models the key may use (default: all)"
+    )
     create.set_defaults(func=keys_create)
+    listing = keys.add_parser("list", help="list stored keys (never their secret)")
+    listing.add_argument("--tenant", default=None)
+    listing.set_defaults(func=keys_list)
+    revoke = keys.add_parser("revoke", help="revoke a stored key by its id")
+    revoke.add_argument("key_id")
+    revoke.set_defaults(func=keys_revoke)
     demo = sub.add_parser("demo-model", help="build the offline demo model")
     demo.add_argument("path")
     demo.set_defaults(func=demo_model)

@@ -17,7 +17,7 @@ async def create_agent(
 ) -> AgentPublic:
     """Create an agent (version 1)."""
     agent = await service.create_agent(
-        db, who.tenant_id, body, state.registry, state.models.names()
+        db, who.tenant_id, body, state.registry, who.visible(state.models.names())
     )
     return service.to_public(agent)
 
@@ -43,7 +43,7 @@ async def update_agent(
 ) -> AgentPublic:
     """Replace the spec (version + 1)."""
     agent = await service.update_agent(
-        db, who.tenant_id, name, body, state.registry, state.models.names()
+        db, who.tenant_id, name, body, state.registry, who.visible(state.models.names())
     )
     return service.to_public(agent)
 

@@ -27,7 +27,7 @@ from app.engines.base import EngineError
 from app.errors import AppError, BadRequest, NotFound, Unavailable, public_error
 from app.models.encoded import EncodedJSON, dumps, encoded
 from app.schemas.openai import ChatCompletionRequest, inline_json_schema
-from app.services import chat
+from app.services import chat, raw_usage
 from app.services.agent_directory import AgentInfo
 from app.state import AppState
 
@@ -57,7 +57,7 @@ async def list_models(state: StateDep, who: PrincipalDep) -> dict[str, Any]:
         _model_entry(a.name, int(a.created_at.timestamp()), "agent")
         for a in (await _agents(state, who.tenant_id)).values()
     ]
-    data += [_model_entry(name, 0, "model") for name in state.models.names()]
+    data += [_model_entry(name, 0, "model") for name in who.visible(state.models.names())]
     return {"object": "list", "data": data}
 
 
@@ -67,7 +67,7 @@ async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[s
     agent = (await _agents(state, who.tenant_id)).get(model_id)
     if agent is not None:
         return _model_entry(agent.name, int(agent.created_at.timestamp()), "agent")
-    if model_id in state.models.names():
+    if model_id in state.models.names() and who.may_use(model_id):
         return _model_entry(model_id, 0, "model")
     raise NotFound(f"model {model_id!r} not found", param="model", code="model_not_found")
 
@@ -214,14 +214,21 @@ async def chat_completions(request: Request) -> Response:
         reply = chat.completion(agent.name, final.answer, final.usage, final.finish_reason)
         return Response(dumps(reply), media_type="application/json")
     handle = state.models.get(body.model)
-    if handle is None:
+    if handle is None or not who.may_use(body.model):  # a key's model list hides the others
         raise NotFound(f"model {body.model!r} not found", param="model", code="model_not_found")
     if not handle.ready:
         raise Unavailable(f"model {body.model!r} is not ready", code="model_not_ready")
+    # The tenant's token budget and usage count raw calls as they count agents' (429 first).
+    limit, _ = await chat.preflight_tenant(state, who.tenant_id)
     raw_request = body.model_dump(exclude_none=True)
     if body.stream:
-        return await _sse(handle.raw.stream(raw_request))
+        raw_request["stream_options"] = {"include_usage": True}  # to charge; dropped if unasked
+        chunks = raw_usage.charged_stream(
+            state, who.tenant_id, limit, handle.raw.stream(raw_request), include_usage
+        )
+        return await _sse(chunks)
     answer = await handle.raw.complete(raw_request)
+    await raw_usage.charge(state, who.tenant_id, limit, answer.get("usage"))
     if isinstance(answer, EncodedJSON):  # an upstream's bytes: passed through, not re-encoded
         return Response(answer.raw, media_type="application/json")
     return JSONResponse(answer)

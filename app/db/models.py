@@ -42,6 +42,8 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(sa.String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # The raw models this key may use (None: all); agents are the tenant's whatever the key.
+    models: Mapped[list[str] | None] = mapped_column(sa.JSON(), nullable=True)
 
 
 class Agent(Base):

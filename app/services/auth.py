@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.cache import TTLCache, invalidate_on_commit
-from app.db.base import new_id
+from app.db.base import new_id, utcnow
 from app.db.models import ApiKey, Tenant
 from app.errors import Unauthorized
 
@@ -24,10 +24,20 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a tenant (and whether it came without a key)."""
+    """Who is calling: a tenant (and whether it came without a key), and the raw models its
+    key may use (None: every configured model)."""
 
     tenant_id: str
     anonymous: bool = False
+    models: frozenset[str] | None = None
+
+    def may_use(self, model: str) -> bool:
+        """Whether this key may call the raw model ``model`` (or name it in an agent spec)."""
+        return self.models is None or model in self.models
+
+    def visible(self, models: list[str]) -> list[str]:
+        """The configured models this key may use, in their order."""
+        return [m for m in models if self.may_use(m)]
 
 
 def hash_key(key: str) -> str:
@@ -47,16 +57,40 @@ async def ensure_tenant(db: AsyncSession, tenant_id: str) -> None:
         await db.flush()
 
 
-async def create_key(db: AsyncSession, tenant_id: str) -> str:
-    """Store a new hashed key for ``tenant_id`` and return the plaintext once."""
+async def create_key(db: AsyncSession, tenant_id: str, models: list[str] | None = None) -> str:
+    """Store a new hashed key for ``tenant_id`` (limited to ``models`` if given); returns the
+    plaintext key, shown this once (``list_keys`` shows its id)."""
     await ensure_tenant(db, tenant_id)
     key = generate_key()
-    db.add(ApiKey(id=new_id("key"), tenant_id=tenant_id, key_hash=hash_key(key), prefix=key[:8]))
+    key_id = new_id("key")
+    db.add(
+        ApiKey(
+            id=key_id, tenant_id=tenant_id, key_hash=hash_key(key), prefix=key[:8], models=models
+        )
+    )
     await db.flush()
     # Anonymous access ends with the first key: apps in this process (tests run the CLI
     # in-process) forget "no stored key" now, other processes within their cache TTL.
     invalidate_on_commit(db, "auth")
     return key
+
+
+async def list_keys(db: AsyncSession, tenant_id: str | None = None) -> list[ApiKey]:
+    """Stored keys (never their secret: only a hash and an 8-character prefix are stored)."""
+    query = sa.select(ApiKey).order_by(ApiKey.tenant_id, ApiKey.created_at)
+    if tenant_id is not None:
+        query = query.where(ApiKey.tenant_id == tenant_id)
+    return list(await db.scalars(query))
+
+
+async def revoke_key(db: AsyncSession, key_id: str) -> ApiKey | None:
+    """Mark a key revoked (every replica refuses it once its auth cache entry expires)."""
+    row = await db.get(ApiKey, key_id)
+    if row is not None and row.revoked_at is None:
+        row.revoked_at = utcnow()
+        await db.flush()
+        invalidate_on_commit(db, "auth")
+    return row
 
 
 class Authenticator:
@@ -124,12 +158,15 @@ class Authenticator:
         self, sessions: async_sessionmaker[AsyncSession], digest: str
     ) -> Principal | None:
         async with sessions() as db:
-            row = await db.scalar(
-                sa.select(ApiKey.tenant_id).where(
-                    ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)
+            row = (
+                await db.execute(
+                    sa.select(ApiKey.tenant_id, ApiKey.models).where(
+                        ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)
+                    )
                 )
-            )
+            ).first()
         if row is None:
             self.unknown.put(digest, True)
             return None
-        return Principal(row)
+        models = frozenset(row.models) if row.models is not None else None
+        return Principal(row.tenant_id, models=models)

@@ -139,13 +139,20 @@ async def test_proxy_stream_passes_events_through_and_ends_with_done(
     proxy: httpx.AsyncClient, upstream: tuple[Upstream, str]
 ) -> None:
     client = proxy
-    resp = await client.post("/v1/chat/completions", json=_ask(stream=True))
+    body = _ask(stream=True, stream_options={"include_usage": True})
+    resp = await client.post("/v1/chat/completions", json=body)
     assert resp.status_code == 200
     events = _events(resp.text)
     assert [e.encode() for e in events[:2]] == UPSTREAM_EVENTS
     assert json.loads(events[2]) == {"id": "up-2", "choices": [], "usage": {"total_tokens": 9}}
     assert events[3:] == ["[DONE]"]
     assert upstream[0].requests[-1][1]["stream"] is True
+    # Not asked for: the gateway still asks the upstream for usage (to charge the tenant) but
+    # does not pass the usage chunk on.
+    resp = await client.post("/v1/chat/completions", json=_ask(stream=True))
+    events = _events(resp.text)
+    assert [e.encode() for e in events[:2]] == UPSTREAM_EVENTS and events[2:] == ["[DONE]"]
+    assert upstream[0].requests[-1][1]["stream_options"] == {"include_usage": True}
 
 
 @pytest.mark.parametrize(
