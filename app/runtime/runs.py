@@ -22,12 +22,13 @@ from app.db.models import Session as SessionRow
 from app.errors import NotFound, SessionBusy
 from app.runtime import pgturn
 from app.runtime.budgets import BudgetFigures
-from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel, gap_event
+from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel
 from app.runtime.jobs import Job, execute, input_message
 from app.runtime.locks import RunHold, SessionLocks, advisory_key, lock_for_transaction
 from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message
 from app.runtime.notify import CancelBus
+from app.runtime.orphans import ACTIVE, Orphans
 from app.runtime.registry import ServableAgent
 from app.runtime.writes import WriteGate
 from app.schemas.agents import AgentSpec
@@ -35,7 +36,6 @@ from app.schemas.sessions import TERMINAL
 
 log = logging.getLogger(__name__)
 RUNS = cast(sa.Table, Run.__table__)
-ACTIVE = ("queued", "running")
 KEEP_CHANNEL_S = 30.0  # finished runs are served from memory a little longer, then from the DB
 FOLLOW_POLL_S = 0.2  # a run owned elsewhere is followed by reading its stored events this often
 REAP_EVERY = 5  # polls between checks that its owner (another replica) is still alive
@@ -122,6 +122,10 @@ class RunManager:
         self.bus = CancelBus(engine, self._remote_cancel)
         self.writes = WriteGate(engine)  # SQLite: one write transaction at a time
         self.memory = MemoryCache()  # sessions' loaded memories (checked against memory_rev)
+        # Runs of dead processes: closed at start-up, or taken over by this live replica.
+        self.orphans = Orphans(
+            sessionmaker, self.writes, self.locks, lambda run_id: run_id in self.jobs, run_public
+        )
         # Runs this process finished, served from memory for KEEP_CHANNEL_S (the POST's answer).
         self.finished: dict[str, Run] = {}
         self.finished_public: dict[str, dict[str, Any]] = {}  # their API shape (run_public)
@@ -139,7 +143,7 @@ class RunManager:
             return await self._submit(sub, inline)
         except SessionBusy:
             # Busy with a run whose replica died? Close it (as recovery would) and try again.
-            if not await self.reap_session(sub.session.pk):
+            if not await self.orphans.reap_session(sub.session.pk):
                 raise
         return await self._submit(sub, inline)
 
@@ -260,7 +264,7 @@ class RunManager:
                         yield db
                         return
             # Busy with a run whose replica died? Close it (as recovery would), then retry.
-            if attempt == 2 or not await self.reap_session(session_pk):
+            if attempt == 2 or not await self.orphans.reap_session(session_pk):
                 raise SessionBusy(session_id)
 
     async def _by_key(self, db: AsyncSession, sub: Submission) -> Run | None:
@@ -386,7 +390,7 @@ class RunManager:
     async def start(self) -> int:
         """Listen for cancels from other replicas; close runs left by dead processes."""
         await self.bus.start()
-        return await self.recover()
+        return await self.orphans.recover()
 
     def _remote_cancel(self, run_id: str, mode: str) -> None:
         if run_id in self.jobs:
@@ -398,7 +402,7 @@ class RunManager:
         if job is None:
             if self.bus.enabled and await self._cancel_remote(run_id, mode):
                 return
-            await self._cancel_orphan(run_id, mode)
+            await self.orphans.close(run_id, mode)
             return
         if job.task is None or job.finishing:
             await job.done.wait()
@@ -426,54 +430,6 @@ class RunManager:
         task = asyncio.create_task(self.cancel(run_id, mode))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _cancel_orphan(self, run_id: str, mode: str) -> bool:
-        """Close an active run no process of ours owns (left by a dead process); its events
-        are numbered after every id its owner may have sent (``Run.seq_reserved``), the ids
-        it may have sent and not stored named by a ``run.gap`` event. True if it closed it."""
-        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
-            # Locked: a live owner cannot raise its reservation meanwhile (it requires the run
-            # active, and waits for this row, so sees it closed).
-            run = await db.get(Run, run_id, with_for_update=True)
-            if run is None or run.status in TERMINAL:
-                return False
-            run.status = "cancelled" if mode in ("cancelled", "rollback") else "interrupted"
-            run.stop_reason, run.finished_at = mode, utcnow()
-            stored = (
-                await db.scalar(
-                    sa.select(sa.func.max(RunEvent.seq)).where(RunEvent.run_id == run_id)
-                )
-                or 0
-            )
-            seq = max(stored, run.seq_reserved)
-            gap = gap_event(stored, run.seq_reserved, mode)
-            events = [gap] if gap is not None else []
-            events.append(("run.cancelled", {"run": run_public(run)}))
-            for offset, (type_, data) in enumerate(events, 1):
-                db.add(RunEvent(run_id=run_id, seq=seq + offset, type=type_, data=data))
-            run.seq_reserved = seq + len(events)
-        return True
-
-    async def reap(self, run_id: str, session_pk: str) -> bool:
-        """Close ``run_id`` if it is ``running`` but nobody holds its session (the replica
-        that ran it died: a live run holds its session's run lock); True if it did. On
-        SQLite only one process runs a database's runs: nothing to do (see ``recover``)."""
-        if not self.locks.postgres or run_id in self.jobs:
-            return False
-        async with self.locks.try_hold(session_pk) as free:
-            return free and await self._cancel_orphan(run_id, "server_restart")
-
-    async def reap_session(self, session_pk: str) -> bool:
-        """``reap`` every running run of the session; True if one was closed."""
-        if not self.locks.postgres:
-            return False
-        async with self.sessionmaker() as db:
-            running = list(
-                await db.scalars(
-                    sa.select(Run.id).where(Run.session_pk == session_pk, Run.status == "running")
-                )
-            )
-        return any([await self.reap(run_id, session_pk) for run_id in running])
 
     async def wait(self, run_id: str) -> None:
         """Until the run has a final status."""
@@ -515,22 +471,9 @@ class RunManager:
                 return
             polls += 1
             if found[0] == "running" and polls % REAP_EVERY == 0:
-                if await self.reap(run_id, found[1]):
+                if await self.orphans.reap(run_id, found[1]):
                     continue  # its final events are stored: read them now
             await asyncio.sleep(FOLLOW_POLL_S)
-
-    async def recover(self) -> int:
-        """Mark runs left active by a dead process ``interrupted``; returns how many."""
-        async with self.sessionmaker() as db:
-            stale = list(await db.scalars(sa.select(Run).where(Run.status.in_(ACTIVE))))
-        count = 0
-        for run in stale:
-            if run.id in self.jobs:
-                continue
-            async with self.locks.try_hold(run.session_pk) as free:
-                if free and await self._cancel_orphan(run.id, "server_restart"):
-                    count += 1
-        return count
 
     async def aclose(self, grace_s: float = 0.0) -> None:
         """Let runs finish for up to ``grace_s``, then interrupt the rest (shutdown)."""
