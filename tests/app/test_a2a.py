@@ -230,11 +230,29 @@ async def test_alice_on_one_server_streams_bob_on_another(
                         break
                 await a.post(f"/v1/runs/{run_id}/cancel")
             assert (await a.get(f"/v1/runs/{run_id}")).json()["status"] == "cancelled"
+            # As a sub-agent: Alice (echo) hands her answer to Bob on B in a review round;
+            # Bob's tokens stream through Alice's run under his name.
+            bob = {"remote": f"{base_url}/a2a/bob/", "api_key_env": "AGENTSTATION_REMOTE_KEY_BOB"}
+            spec = {"kind": "agent", "model": "echo", "sub_agents": {"bob": bob}}
+            resp = await a.post("/v1/agents", json={"name": "alice2", "spec": spec})
+            assert resp.status_code == 201, resp.text
+            sid = (await a.post("/v1/sessions", json={"agent": "alice2"})).json()["id"]
+            body = {"message": "Hi Bob", "stream": True}
+            async with a.stream("POST", f"/v1/sessions/{sid}/messages", json=body) as resp:
+                text = await resp.aread()
+            frames = [f for f in parse_sse(text.decode()) if "event" in f]
+            from_bob = [
+                f for f in frames if f["event"] == "message.delta" and f["data"]["sender"] == "bob"
+            ]
+            assert len(from_bob) > 2, frames  # streamed, token by token, through A
+            assert frames[-1]["event"] == "run.completed", frames[-1]
+            said = [f["data"]["message"]["content"] for f in frames if f["event"] == "message"]
+            assert "one two three four five six seven eight nine ten" in said
     bob_runs: list[dict[str, Any]] = []
     for _ in range(50):
         sessions = (await http.get("/v1/sessions", params={"agent": "bob"})).json()["data"]
-        bob_runs = (await http.get(f"/v1/sessions/{sessions[0]['id']}/runs")).json()["data"]
+        bob_runs = (await http.get(f"/v1/sessions/{sessions[-1]['id']}/runs")).json()["data"]
         if bob_runs[0]["status"] != "running":
             break
         await asyncio.sleep(0.1)
-    assert [r["status"] for r in bob_runs] == ["cancelled", "completed"]
+    assert [r["status"] for r in bob_runs] == ["cancelled", "completed"]  # Alice's session on B
