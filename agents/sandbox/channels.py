@@ -122,10 +122,29 @@ class KernelChannels:
                 await self.client.get_iopub_msg(timeout=wait)
 
     def close(self) -> None:
-        """Close every socket and the context (idempotent)."""
+        """Close every socket and the context (idempotent, and never half-way: one socket
+        failing to close must not leave the others open)."""
         with contextlib.suppress(Exception):
             self._unwatch_iopub()
+        for name in ("_shell_channel", "_iopub_channel", "_stdin_channel", "_control_channel"):
+            channel = getattr(self.client, name, None)
+            socket = getattr(channel, "socket", None) if channel is not None else None
+            if socket is not None:
+                _close_socket(socket)
         with contextlib.suppress(Exception):
             self.client.stop_channels()
         if not self._context.closed:
-            self._context.destroy(linger=0)
+            with contextlib.suppress(Exception):
+                self._context.destroy(linger=0)
+
+
+def _close_socket(socket: zmq.Socket[bytes]) -> None:
+    """Close ``socket``; if the asyncio layer fails (its loop no longer knows the fd, seen as
+    ``KeyError: 'N is not registered'``), close the zmq socket itself all the same."""
+    if socket.closed:
+        return
+    try:
+        socket.close(linger=0)
+    except Exception:
+        with contextlib.suppress(Exception):
+            zmq.Socket.close(socket, linger=0)
