@@ -248,8 +248,9 @@ def gateway_server(
     return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz")
 
 
-def reset_postgres_db() -> str:
-    """Drop and recreate the bench database, migrate it; return its SQLAlchemy URL."""
+def reset_postgres_db(name: str = PG_BENCH_DB) -> str:
+    """Drop and recreate the bench database (or ``name``), migrate it; return its SQLAlchemy
+    URL. A harness that may run beside ``make bench`` (bench/soak.py) passes a name of its own."""
     import asyncio
 
     import asyncpg
@@ -257,8 +258,8 @@ def reset_postgres_db() -> str:
     async def recreate() -> None:
         conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=5)
         try:
-            await conn.execute(f"DROP DATABASE IF EXISTS {PG_BENCH_DB} WITH (FORCE)")
-            await conn.execute(f"CREATE DATABASE {PG_BENCH_DB}")
+            await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            await conn.execute(f"CREATE DATABASE {name}")
         finally:
             await conn.close()
 
@@ -266,12 +267,13 @@ def reset_postgres_db() -> str:
         asyncio.run(recreate())
     except (OSError, asyncpg.PostgresError) as exc:
         raise Skip(f"PostgreSQL at 127.0.0.1:5432 unavailable: {exc}") from exc
-    env = {**os.environ, "AGENTSTATION_DATABASE_URL": PG_BENCH_URL}
+    url = PG_BENCH_URL.rsplit("/", 1)[0] + f"/{name}"
+    env = {**os.environ, "AGENTSTATION_DATABASE_URL": url}
     cli = str(VENV_BIN / "agentstation")
     done = subprocess.run([cli, "migrate"], env=env, cwd=ROOT, capture_output=True, timeout=120)
     if done.returncode != 0:
         raise Skip(f"agentstation migrate failed: {done.stderr.decode()[-500:]}")
-    return PG_BENCH_URL
+    return url
 
 
 @contextlib.contextmanager

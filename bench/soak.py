@@ -33,6 +33,7 @@ from bench.common import gateway_server, pct, reset_postgres_db
 CLIENTS = ("httpx", "aiohttp")
 DATABASES = ("postgres", "sqlite")
 ECHO = [{"name": "echo", "backend": "scripted"}]
+PG_SOAK_DB = "agentstation_soak"  # its own: make bench drops and recreates agentstation_bench
 # What a client library raises when a request got no complete HTTP answer.
 TRANSPORT_ERRORS = (httpx.TransportError, aiohttp.ClientError, TimeoutError, OSError)
 
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for database in args.databases:
         for client in args.clients:
-            url = reset_postgres_db() if database == "postgres" else None
+            url = reset_postgres_db(PG_SOAK_DB) if database == "postgres" else None
             with gateway_server(f"soak-{database}", ECHO, url, **env) as server:
                 for n in range(1, args.runs + 1):
                     result = asyncio.run(soak(server.base_url, cfg, client))
