@@ -44,7 +44,7 @@ class SoakConfig:
 
     sessions: int = 100
     duration_s: float = 20.0  # sending time, not counting the pause
-    stream_every: int = 2  # every n-th turn of a session streams (SSE)
+    stream_every: int = 2  # every n-th turn of a session streams (SSE); 0: none (JSON only)
     pause_s: float = 0.0  # halfway, every session stops; all resume together this much later
     idle_expiry_s: float | None = None  # the client's keep-alive expiry (None: its default)
     timeout_s: float = 120.0  # a turn queued behind the others on a busy machine
@@ -190,14 +190,18 @@ async def session_loop(
     pause_at = start + cfg.duration_s / 2 if cfg.pause_s > 0 else None
     deadline = start + cfg.duration_s + cfg.pause_s
     path = f"/v1/sessions/{sid}/messages"
-    while time.monotonic() < deadline:
-        if pause_at is not None and time.monotonic() >= pause_at:
-            # Every session stops after its turn in flight, and all resume together: their
-            # connections' idle times spread just under pause_s, and the burst reuses them.
-            await asyncio.sleep(pause_at + cfg.pause_s - time.monotonic())
+    while True:
+        now = time.monotonic()
+        if pause_at is not None and now >= pause_at:
+            # Every session stops after its turn in flight, and all resume together with one
+            # turn at least: their connections' idle times spread just under pause_s, and the
+            # burst reuses them.
+            await asyncio.sleep(max(0.0, pause_at + cfg.pause_s - now))
             pause_at = None
+        elif now >= deadline:
+            break
         text = f"{sid} turn {len(sent) + 1}"
-        stream = len(sent) % cfg.stream_every == cfg.stream_every - 1
+        stream = cfg.stream_every > 0 and len(sent) % cfg.stream_every == cfg.stream_every - 1
         began = time.monotonic()
         try:
             if stream:
@@ -269,7 +273,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of turns per run")
     parser.add_argument("--runs", type=int, default=5, help="runs in a row per server")
-    parser.add_argument("--stream-every", type=int, default=2)
+    parser.add_argument("--stream-every", type=int, default=2, help="0: JSON turns only")
     parser.add_argument("--pause", type=float, default=0.0, help="idle once, halfway (s)")
     parser.add_argument("--idle-expiry", type=float, help="clients' keep-alive expiry (s)")
     parser.add_argument("--keep-alive", type=int, help="the server's AGENTSTATION_KEEP_ALIVE_S")

@@ -9,7 +9,7 @@ defences (see docs/operations.md, "Keep-alive"):
   5 s, aiohttp 15 s, nginx 60 s, AWS ALB 60 s), so they retire an idle connection before the
   server closes it. uvicorn's default, 5 s, equals httpx's: under load a request went out on a
   connection the server was closing (issue 20);
-- the close is a half-close (FIN) that lingers a moment: a request that still arrives was sent
+- the close is a half-close (FIN) that lingers 2 s: a request that still arrives was sent
   as the server closed; it is logged at warning level (it got no response and was not
   processed) and read, so the client sees the connection closed rather than reset.
 """
@@ -22,7 +22,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("agentstation.http")
 # After the half-close, how long the client gets to close its side before the server does.
-LINGER_S = 1.0
+LINGER_S = 2.0
 
 
 class KeepAliveHttpProtocol(HttpToolsProtocol):
