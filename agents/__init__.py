@@ -2,6 +2,7 @@
 
 from agents.agent import Agent, AsyncAgent, BaseAgent
 from agents.compose import AgentDict, AgentList, AsyncSequential, Sequential
+from agents.conversable import AgentDirectory, ConversableAgent
 from agents.memory import Memory, MemoryManager
 from agents.schema import (
     ActionReturn,
@@ -11,8 +12,10 @@ from agents.schema import (
     AgentStatusCode,
     ModelStatusCode,
 )
-from agents.task import AsyncTask, Task
+from agents.task import AsyncTask, Task, run_batch, run_batch_async
+from agents.task_types import Budget, Entity, StatusCode, TaskResult
 from agents.tool_agent import AsyncToolAgent, ToolAgent
+from agents.tool_message import DoneTool, ToolMessage
 
 __all__ = [
     "ActionReturn",
@@ -20,6 +23,7 @@ __all__ = [
     "ActionValidCode",
     "Agent",
     "AgentDict",
+    "AgentDirectory",
     "AgentList",
     "AgentMessage",
     "AgentStatusCode",
@@ -28,10 +32,19 @@ __all__ = [
     "AsyncTask",
     "AsyncToolAgent",
     "BaseAgent",
+    "Budget",
+    "ConversableAgent",
+    "DoneTool",
+    "Entity",
     "Memory",
     "MemoryManager",
     "ModelStatusCode",
     "Sequential",
+    "StatusCode",
     "Task",
+    "TaskResult",
     "ToolAgent",
+    "ToolMessage",
+    "run_batch",
+    "run_batch_async",
 ]

@@ -88,6 +88,9 @@ def tool_call(executor: Any, parsed: dict[str, Any], code_parameter: str = "comm
     if isinstance(action, dict) and "name" in action:
         params = action.get("parameters", action.get("arguments")) or {}
         return {"name": action["name"], "parameters": params}
+    if isinstance(action, dict) and isinstance(action.get("request"), str):  # langroid's form
+        rest = {k: v for k, v in action.items() if k not in ("request", "purpose")}
+        return {"name": action["request"], "parameters": rest}
     return action  # malformed: the executor answers ARGS_ERROR naming the problem
 
 

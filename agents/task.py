@@ -1,72 +1,264 @@
-"""Tasks: agents take turns until an explicit termination rule fires (langroid's idea).
+"""Tasks (langroid's ``Task``): an agent's responders take turns until a rule ends the run.
 
-``Task(writer, critic, done="APPROVED", max_turns=6)`` passes each reply to the next agent,
-cycling, and stops at the first reply the rule accepts, or after ``max_turns`` replies. The
-reply that ended it says why in ``extra_info['stop_reason']`` (``done`` or ``max_turns``).
+``Task(agent, name=..., ...)`` wraps an agent. Its responders are the agent's tools (for a
+``ToolAgent``), its model, an optional human (``interactive=True`` or ``user=callable``) and
+sub-tasks (``add_sub_task``), whose results come back as messages. ``run(msg, turns=N)`` /
+``await run_async(...)`` return a ``TaskResult`` whose ``status`` says why the run ended;
+``stream(msg)`` streams every participant's messages. A task is an ``AsyncAgent`` too
+(``await task(msg)`` is the run's last message), so it nests in lagent-style programs and
+serves over the gateway like any agent. ``run_batch`` runs it over many inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from agents.agent import Agent, AsyncAgent
-from agents.compose import _SequentialCore
+from agents.agent import AsyncAgent, BaseAgent
+from agents.llms.base import Usage, usage_scope
 from agents.memory import SessionId
-from agents.schema import AgentMessage
+from agents.schema import AgentMessage, AgentStatusCode
+from agents.task_run import TaskRun
+from agents.task_types import Budget, Entity, StatusCode, TaskResult
 
 DoneRule = Callable[[AgentMessage], bool] | str
+UserResponder = Callable[[AgentMessage | None], str | Awaitable[str | None] | None]
 
 
-class _TaskCore(_SequentialCore):
+class Task(AsyncAgent):
+    """An agent and its responders, run in steps until a termination rule fires.
+
+    ``Task(writer, critic, done="APPROVED")`` (more than one agent) is shorthand: the other
+    agents become single-round sub-tasks named after them.
+    """
+
     def __init__(
-        self, *agents: Any, done: DoneRule | None = None, max_turns: int = 10, **kwargs: Any
+        self,
+        agent: BaseAgent,
+        *more_agents: BaseAgent,
+        name: str | None = None,
+        system_message: str | None = None,
+        interactive: bool = False,
+        user: UserResponder | None = None,
+        single_round: bool = False,
+        done: DoneRule | None = None,
+        done_if_response: Iterable[str] = (),
+        done_if_no_response: Iterable[str] = (),
+        max_turns: int | None = None,
+        max_stalled_steps: int = 3,
+        budget: Budget | None = None,
+        loop_repeats: int = 3,
+        max_cycle_len: int = 4,
+        sub_tasks: Iterable[Task] = (),
+        round_robin: bool = False,
+        gen_params: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(*agents, **kwargs)
-        if max_turns < 1:
+        if not isinstance(agent, BaseAgent):
+            raise TypeError(f"{type(agent).__name__} is not an agent")
+        if max_turns is not None and max_turns < 1:
             raise ValueError("max_turns must be at least 1")
+        if max_stalled_steps < 1 or loop_repeats < 2 or max_cycle_len < 1:
+            raise ValueError("max_stalled_steps, max_cycle_len >= 1 and loop_repeats >= 2")
+        super().__init__(memory=None, name=name or agent.name)
+        if "." in self.name:
+            raise ValueError(f"task names can't contain '.', got {self.name!r}")
+        self.agent = agent
+        if system_message is not None:
+            agent.template = system_message
+        self.interactive = interactive
+        self.user = user
+        self.single_round = single_round
         self.done = done
+        self.done_if_response = set(done_if_response)
+        self.done_if_no_response = set(done_if_no_response)
         self.max_turns = max_turns
+        self.max_stalled_steps = max_stalled_steps
+        self.budget = budget
+        self.loop_repeats = loop_repeats
+        self.max_cycle_len = max_cycle_len
+        self.round_robin = round_robin  # sub-tasks take turns (else the first that answers)
+        self.gen_params = dict(gen_params or {})  # with every model call of this task
+        self.sub_tasks: dict[str, Task] = {}
+        self._killed = False
+        for other in more_agents:
+            self.add_sub_task(Task(other, single_round=True))
+        for sub in sub_tasks:
+            self.add_sub_task(sub)
+
+    # -- configuration -------------------------------------------------------------------------
+    @property
+    def tool_loop(self) -> bool:
+        """Whether the agent's tools and model are separate responders (a ``ToolAgent``)."""
+        return hasattr(self.agent, "model_turn") and hasattr(self.agent, "run_tool")
+
+    def wants_tool(self, message: AgentMessage) -> bool:
+        """Whether ``message`` is a tool call this task's agent can answer."""
+        check = getattr(self.agent, "wants_tool", None)
+        return bool(self.tool_loop and check is not None and check(message))
+
+    def add_sub_task(self, task: Task | Sequence[Task]) -> None:
+        """Add sub-tasks (responders tried after the agent and the human, in order)."""
+        for sub in [task] if isinstance(task, Task) else list(task):
+            if not isinstance(sub, Task):
+                raise TypeError(f"sub-tasks must be Tasks, got {type(sub).__name__}")
+            if sub.name in self.sub_tasks or sub.name in (Entity.LLM, Entity.AGENT, Entity.USER):
+                raise ValueError(f"a responder named {sub.name!r} already exists")
+            self.sub_tasks[sub.name] = sub
+            self.__dict__["_registries"]["agent"][sub.name] = sub
 
     def is_done(self, message: AgentMessage) -> bool:
-        """Whether ``message`` ends the task (a string rule: it appears in the content)."""
+        """Whether the done rule accepts ``message`` (a string rule: it is in the content)."""
         if self.done is None:
             return False
         if isinstance(self.done, str):
             return self.done in str(message.content)
         return bool(self.done(message))
 
+    def clone(self, suffix: str | int = "") -> Task:
+        """A copy with its own kill switch and cloned sub-tasks, sharing the same agents."""
+        twin = copy.copy(self)
+        twin.__dict__["_registries"] = {"agent": {"agent": self.agent}, "llm": {}, "executor": {}}
+        twin.sub_tasks = {}
+        twin._killed = False
+        twin._hooks = dict(self._hooks)
+        if suffix != "":
+            twin.name = f"{self.name}-{suffix}"
+        for sub in self.sub_tasks.values():
+            twin.add_sub_task(sub.clone())
+        return twin
+
+    # -- control -------------------------------------------------------------------------------
+    @property
+    def killed(self) -> bool:
+        """Whether ``kill()`` was called during the current run."""
+        return self._killed
+
+    def kill(self) -> None:
+        """Stop the running run (and its sub-tasks) at the next chunk: it ends with ``KILL``."""
+        self._killed = True
+        for sub in self.sub_tasks.values():
+            sub.kill()
+
+    def _revive(self) -> None:
+        self._killed = False
+        for sub in self.sub_tasks.values():
+            sub._revive()
+
+    # -- running -------------------------------------------------------------------------------
     async def forward(
-        self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
+        self,
+        *message: AgentMessage,
+        session_id: SessionId = 0,
+        turns: int | None = None,
+        **kwargs: Any,
     ) -> Any:
-        """Turns until the rule fires or ``max_turns`` replies were made; streams them all."""
-        stages = [agent for _, agent in self.named_agents()]
-        inputs: tuple[Any, ...] = message
-        for turn in range(self.max_turns):
-            reply: AgentMessage | None = None
-            async for chunk in stages[turn % len(stages)]._stream(
-                *inputs, session_id=session_id, **kwargs
-            ):
-                if reply is not None:
-                    yield reply
-                reply = chunk
-            assert reply is not None
-            finished = self.is_done(reply)
-            if finished or turn == self.max_turns - 1:
-                info = dict(reply.extra_info or {}) if isinstance(reply.extra_info, dict) else {}
-                info["stop_reason"] = "done" if finished else "max_turns"
-                yield reply.model_copy(update={"extra_info": info})
-                return
-            yield reply
-            inputs = (reply,)
+        """Steps until a rule fires; streams every message, the last carrying the status."""
+        self._revive()
+        with usage_scope() as usage:
+            run = TaskRun(self, session_id, turns, usage, kwargs)
+            async for chunk in run.steps(message[-1] if message else None):
+                yield chunk
+
+    async def run_async(
+        self,
+        message: AgentMessage | str | None = None,
+        turns: int | None = None,
+        session_id: SessionId = 0,
+        **kwargs: Any,
+    ) -> TaskResult:
+        """Run to the end; the result says why it ended and holds every message."""
+        messages: list[AgentMessage] = []
+        inputs = [] if message is None else [message]
+        async for chunk in self._stream(*inputs, session_id=session_id, turns=turns, **kwargs):
+            if chunk.stream_state == AgentStatusCode.END:
+                messages.append(chunk)
+        return result_of(messages)
+
+    def run(
+        self,
+        message: AgentMessage | str | None = None,
+        turns: int | None = None,
+        session_id: SessionId = 0,
+        **kwargs: Any,
+    ) -> TaskResult:
+        """``run_async`` from sync code."""
+        from agents.utils import run_sync
+
+        return run_sync(self.run_async(message, turns=turns, session_id=session_id, **kwargs))
 
 
-class Task(_TaskCore, Agent):
-    """Sync task: ``Task(a, b, done="DONE")(msg)``."""
+def result_of(messages: list[AgentMessage]) -> TaskResult:
+    """A ``TaskResult`` from a run's END messages (the last one carries the status)."""
+    last = messages[-1]
+    info = last.extra_info if isinstance(last.extra_info, dict) else {}
+    usage = Usage(**{k: v for k, v in (info.get("usage") or {}).items() if k != "total_tokens"})
+    return TaskResult(
+        status=StatusCode(info.get("status", StatusCode.DONE.value)),
+        content=last.content if last.content != "" else None,
+        message=last,
+        messages=messages,
+        turns=int(info.get("turns", 0)),
+        usage=usage,
+        cost=float(info.get("cost", 0.0)),
+    )
 
 
-class AsyncTask(_TaskCore, AsyncAgent):
-    """Async task: ``await AsyncTask(a, b, done=rule)(msg)``."""
+async def run_batch_async(
+    task: Task,
+    inputs: Sequence[AgentMessage | str | None],
+    concurrency: int = 4,
+    turns: int | None = None,
+    session_prefix: str = "batch",
+) -> list[TaskResult]:
+    """Run clones of ``task`` over ``inputs``, at most ``concurrency`` at once.
+
+    Each input runs in its own session (agents keep one memory per session, so runs never see
+    each other's messages; the sessions are reset afterwards). Results come in input order; an
+    input whose run raised gets ``status=ERROR`` with the exception in ``error``.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(index: int, item: AgentMessage | str | None) -> TaskResult:
+        clone = task.clone(index)
+        session = f"{session_prefix}-{index}"
+        async with gate:
+            try:
+                return await clone.run_async(item, turns=turns, session_id=session)
+            except Exception as exc:  # one bad input never sinks the batch
+                return TaskResult(status=StatusCode.ERROR, error=exc)
+            finally:
+                clone.reset(session, recursive=True)
+
+    return list(await asyncio.gather(*(one(i, x) for i, x in enumerate(inputs))))
 
 
-__all__ = ["AsyncTask", "DoneRule", "Task"]
+def run_batch(
+    task: Task,
+    inputs: Sequence[AgentMessage | str | None],
+    concurrency: int = 4,
+    turns: int | None = None,
+) -> list[TaskResult]:
+    """``run_batch_async`` from sync code."""
+    from agents.utils import run_sync
+
+    return run_sync(run_batch_async(task, inputs, concurrency=concurrency, turns=turns))
+
+
+#: The async and sync fronts are one class (``run`` is sync, ``run_async`` / ``await task()``).
+AsyncTask = Task
+
+__all__ = [
+    "AsyncTask",
+    "Budget",
+    "DoneRule",
+    "Entity",
+    "StatusCode",
+    "Task",
+    "TaskResult",
+    "run_batch",
+    "run_batch_async",
+]

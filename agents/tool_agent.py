@@ -10,7 +10,7 @@ as ``CODING`` (code) or ``PLUGIN_START`` (JSON call), its result as ``CODE_RETUR
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, TypeGuard
 
 from agents.agent import Agent, AsyncAgent, BaseAgent
@@ -75,12 +75,9 @@ class _ToolLoop(BaseAgent):
         self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
     ) -> Any:
         """Model turns and tool calls until an answer; yields every phase."""
-        llm_kwargs = getattr(self.output_format, "llm_kwargs", None)
-        if llm_kwargs is not None:  # native tool calls: the tools go with every model call
-            kwargs = {**llm_kwargs(self.executor), **kwargs}
         for turn in range(self.max_turn):
             reply: AgentMessage | None = None
-            async for chunk in self._generate(message, session_id, **kwargs):
+            async for chunk in self.model_turn(message, session_id, **kwargs):
                 if chunk.stream_state == _STREAM_ING:
                     yield chunk
                 else:
@@ -94,12 +91,41 @@ class _ToolLoop(BaseAgent):
             self.update_memory(reply, session_id=session_id)
             state = AgentStatusCode.CODING if code else AgentStatusCode.PLUGIN_START
             yield reply.model_copy(update={"stream_state": state}, deep=True)
-            result = await self._run_tool(reply, session_id)
+            result = await self.run_tool(reply, session_id)
             self.update_memory(result, session_id=session_id)
             state = AgentStatusCode.CODE_RETURN if code else AgentStatusCode.PLUGIN_RETURN
             yield result.model_copy(update={"stream_state": state}, deep=True)
 
-    async def _run_tool(self, reply: AgentMessage, session_id: SessionId) -> AgentMessage:
+    async def model_turn(
+        self, message: tuple[AgentMessage, ...], session_id: SessionId, **kwargs: Any
+    ) -> AsyncIterator[AgentMessage]:
+        """One model call on the session's memory: STREAM_ING chunks, then the parsed reply."""
+        prepare = getattr(self.executor, "aprepare", None)
+        if prepare is not None:  # tools that list their APIs at run time (MCP servers)
+            await prepare(session_id)
+        llm_kwargs = getattr(self.output_format, "llm_kwargs", None)
+        if llm_kwargs is not None:  # native tool calls: the tools go with every model call
+            kwargs = {**llm_kwargs(self.executor), **kwargs}
+        async for chunk in self._generate(message, session_id, **kwargs):
+            yield chunk
+
+    def wants_tool(self, reply: AgentMessage) -> bool:
+        """Whether ``reply`` (a model turn's) is a tool call, well-formed or not."""
+        return _is_call(reply.formatted)
+
+    def enable_message(self, *tools: Any) -> None:
+        """Add tools (``ToolMessage`` classes or ``BaseAction`` objects), langroid's way."""
+        from agents.actions.executor import AsyncActionExecutor
+        from agents.tool_message import as_actions
+
+        actions = as_actions(list(tools))
+        if self.executor is None:
+            self.executor = AsyncActionExecutor(actions)
+            return
+        for action in actions:
+            self.executor[action.name] = action
+
+    async def run_tool(self, reply: AgentMessage, session_id: SessionId) -> AgentMessage:
         """The tool result message for a call (or for a call that failed to parse)."""
         parsed: dict[str, Any] = reply.formatted or {}
         sender = type(self.executor).__name__ if self.executor is not None else "ActionExecutor"

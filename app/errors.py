@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 
 from agents.llms.openai_client import APIConnectionError
 from app.engines.base import EngineError
+from app.ops.logging import get_request_id
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +114,23 @@ class PayloadTooLarge(AppError):
 
 
 class Unavailable(AppError):
-    """503: the engine is not ready or overloaded."""
+    """503: the engine is not ready or overloaded (``retry-after: 1`` unless given)."""
 
     status = 503
     type = "server_error"
     code = "engine_unavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            message, param=param, code=code, headers={"retry-after": "1", **(headers or {})}
+        )
 
 
 class DatabaseUnavailable(Unavailable):
@@ -183,9 +196,38 @@ def _raised_by_database(exc: BaseException) -> bool:
 
 
 def upstream_unavailable(exc: APIConnectionError) -> Unavailable:
-    """An agent's remote model refused or timed out: the engine's 503, never the database's."""
+    """An agent's remote model refused or timed out: the engine's 503, never the database's
+    (its address and the driver's words stay in the log)."""
     log.warning("upstream model unreachable: %s", exc)
-    return Unavailable(f"upstream model unreachable: {exc}")
+    return Unavailable("upstream model unreachable")
+
+
+INTERNAL_MESSAGE = "internal server error; the server log has the details under request_id"
+
+
+def internal_error() -> AppError:
+    """What a client sees of a failure it did not cause: a fixed message and a stable code;
+    the detail (exception, SQL, paths, tracebacks) is logged by the caller under the request
+    id, which the body carries (``request_id``) as the ``x-request-id`` header does."""
+    return AppError(INTERNAL_MESSAGE)
+
+
+def public_error(exc: BaseException) -> dict[str, Any]:
+    """The error object a client may see for ``exc`` (a run's ``error``, an SSE ``error``
+    event, a chat stream's error chunk): errors written for clients (``AppError``,
+    ``EngineError``) as they are; a database outage as ``database_unavailable``; anything else
+    ``internal_error`` with a fixed message. Always with the request id."""
+    if isinstance(exc, APIConnectionError):
+        exc = upstream_unavailable(exc)
+    if isinstance(exc, EngineError):
+        kind = "invalid_request_error" if 400 <= exc.status < 500 else "server_error"
+        error = {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}
+    else:
+        if not isinstance(exc, AppError):
+            exc = DatabaseUnavailable() if database_unavailable(exc) else internal_error()
+        error = exc.body()["error"]
+    error["request_id"] = get_request_id()
+    return error
 
 
 def _loc_to_param(loc: Sequence[int | str]) -> str | None:
@@ -255,10 +297,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def engine_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, EngineError)
-        err = Unavailable(exc.message, code=exc.code)
+        err = Unavailable(exc.message, code=exc.code, param=exc.param)
         err.status = exc.status
         if 400 <= exc.status < 500:  # the engine refused the request itself, not a failure
             err.type = "invalid_request_error"
+            err.headers.pop("retry-after", None)
         return error_response(err)
 
     async def upstream_unreachable(_: Request, exc: Exception) -> JSONResponse:
@@ -278,7 +321,11 @@ def install_error_handlers(app: FastAPI) -> None:
             log.warning("database unavailable: %s: %s", type(exc).__name__, exc)
             return error_response(DatabaseUnavailable())
         log.exception("unhandled error", exc_info=exc)
-        return error_response(AppError("internal server error"))
+        response = internal_error()
+        return JSONResponse(
+            {"error": {**response.body()["error"], "request_id": get_request_id()}},
+            status_code=response.status,
+        )
 
     app.add_exception_handler(AppError, app_error)
     app.add_exception_handler(RequestValidationError, request_invalid)

@@ -7,21 +7,26 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from agents.actions.mcp_conn import CONNECTIONS as mcp_connections
+from app.a2a.routes import mount_a2a
 from app.api import agents, health, openai, runs, sessions
 from app.db.engine import create_engine, create_sessionmaker
 from app.errors import install_error_handlers
 from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
 from app.ops.tenant_usage import TenantUsage
+from app.outbound import OutboundPolicy
 from app.runtime.registry import default_registry
 from app.runtime.runs import RunManager
 from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
+from app.services.messenger import SendMessage
 from app.settings import Settings, get_settings
 from app.state import AppState
 
@@ -33,14 +38,25 @@ def allow_anonymous(settings: Settings) -> bool:
     return not settings.api_keys and settings.is_loopback
 
 
-async def _start_sandbox(state: AppState) -> None:
+def _new_sandbox(state: AppState) -> None:
+    """The kernel pool, before any request: a tool call during the self-test then goes to
+    this pool and waits for its (single-flight) start-up instead of racing it."""
     if not state.settings.sandbox_enabled:
         return
     try:
         from agents.sandbox import KernelPool, SandboxConfig
 
-        pool = KernelPool(SandboxConfig.from_env())
-        state.kernel_pool = pool
+        state.kernel_pool = KernelPool(SandboxConfig.from_env())
+    except Exception as exc:  # the service still serves agents without tools
+        log.exception("sandbox unavailable")
+        state.extras["sandbox_error"] = str(exc)
+
+
+async def _start_sandbox(state: AppState) -> None:
+    pool = state.kernel_pool
+    if pool is None:
+        return
+    try:
         level = await pool.start()
         log.info("sandbox isolation level %s", level)
     except Exception as exc:  # the service still serves agents without tools
@@ -66,7 +82,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine=engine,
         sessionmaker=sessionmaker,
         models=ModelRegistry(settings.models),
-        registry=default_registry(),
+        registry=default_registry(OutboundPolicy.parse(settings.outbound_allow)),
         auth=Authenticator(settings.api_keys, anonymous, settings.auth_cache_ttl_s),
         agents=AgentDirectory(settings.agent_cache_ttl_s),
         tenant_usage=TenantUsage(
@@ -83,10 +99,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             "no API keys configured: accepting anonymous requests on %s (loopback)", settings.host
         )
     await state.models.start()
+    _new_sandbox(state)
     sandbox = asyncio.create_task(_start_sandbox(state))
     state.runs = RunManager(
         engine, sessionmaker, state.build_agent, settings.event_flush_s, settings.cancel_timeout_s
     )
+    # Needs the run manager: agents of one session message another session's agent.
+    state.registry.add_tool("SendMessage", partial(SendMessage, state))
     recovered = await state.runs.start()
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)
@@ -100,6 +119,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 await closer()
         await state.tenant_usage.aclose()  # batched tenant usage, before the engine closes
         await state.runs.aclose(settings.shutdown_grace_s)
+        await mcp_connections.aclose()  # the sessions' MCP servers (stdio ones are sandboxed)
         sandbox.cancel()
         with contextlib.suppress(BaseException):
             await sandbox
@@ -128,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
     for router in (openai.router, agents.router, sessions.router, runs.router, health.router):
         app.include_router(router)
+    mount_a2a(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(

@@ -92,6 +92,9 @@ class Settings(OpsSettings):
     sse_retry_ms: int = 3000
     event_flush_s: float = 0.1
     cancel_timeout_s: float = 1.0
+    # Outbound URLs agent specs may name beyond public hosts (app.outbound): host names,
+    # host:port pairs, CIDR ranges.
+    outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Sandbox: other AGENTSTATION_SANDBOX_* variables are read by agents.sandbox.SandboxConfig.
     sandbox_enabled: bool = True
 
@@ -105,7 +108,7 @@ class Settings(OpsSettings):
     def _api_keys(cls, value: Any) -> list[tuple[str, str]]:
         return parse_api_keys(value)
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "outbound_allow", mode="before")
     @classmethod
     def _cors(cls, value: Any) -> list[str]:
         if isinstance(value, str):

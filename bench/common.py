@@ -249,8 +249,9 @@ def gateway_server(
 
 
 def reset_postgres_db(name: str = PG_BENCH_DB) -> str:
-    """Drop and recreate the bench database (or ``name``), migrate it; return its SQLAlchemy
-    URL. A harness that may run beside ``make bench`` (bench/soak.py) passes a name of its own."""
+    """Drop and recreate the bench database (``name``: another one, so that benchmarks run at
+    the same time do not drop each other's), migrate it; return its SQLAlchemy URL."""
+    url = PG_BENCH_URL.rsplit("/", 1)[0] + "/" + name
     import asyncio
 
     import asyncpg
@@ -267,7 +268,6 @@ def reset_postgres_db(name: str = PG_BENCH_DB) -> str:
         asyncio.run(recreate())
     except (OSError, asyncpg.PostgresError) as exc:
         raise Skip(f"PostgreSQL at 127.0.0.1:5432 unavailable: {exc}") from exc
-    url = PG_BENCH_URL.rsplit("/", 1)[0] + f"/{name}"
     env = {**os.environ, "AGENTSTATION_DATABASE_URL": url}
     cli = str(VENV_BIN / "agentstation")
     done = subprocess.run([cli, "migrate"], env=env, cwd=ROOT, capture_output=True, timeout=120)

@@ -7,7 +7,8 @@ set -euo pipefail
 
 KERNEL_ENV=${AGENTSTATION_SANDBOX_KERNEL_ENV:-/opt/agentstation/kernel-env}
 BASE_PY=${KERNEL_BASE_PYTHON:-/usr/bin/python3}
-PACKAGES=("ipykernel>=6.29" "numpy" "matplotlib")
+# mcp: so MCP servers written with the official SDK can run over stdio inside the sandbox.
+PACKAGES=("ipykernel>=6.29" "numpy" "matplotlib" "mcp>=2.3,<3")
 STAMP="$KERNEL_ENV/.agentstation-kernel-env"
 WANT="v1 ${PACKAGES[*]}"
 

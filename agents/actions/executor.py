@@ -8,6 +8,7 @@ a bad call: unknown tools and bad arguments are ``ARGS_ERROR``, tool failures ``
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,14 +24,16 @@ class _Executor:
 
     def __init__(
         self,
-        actions: BaseAction | Iterable[BaseAction],
+        actions: BaseAction | Iterable[BaseAction] | Any,
         invalid_action: BaseAction | None = None,
         no_action: BaseAction | None = None,
         finish_action: BaseAction | None = None,
         finish_in_action: bool = False,
         hooks: Iterable[Hook] | None = None,
     ) -> None:
-        items = [actions] if isinstance(actions, BaseAction) else list(actions)
+        from agents.tool_message import as_actions  # ToolMessage classes are tools too
+
+        items = as_actions([actions] if isinstance(actions, BaseAction | type) else list(actions))
         self.finish_action = finish_action or FinishAction()
         if finish_in_action:
             items.append(self.finish_action)
@@ -78,6 +81,16 @@ class _Executor:
     def tool_schemas(self, separator: str = OPENAI_SEPARATOR) -> list[JsonSchema]:
         """OpenAI ``tools`` entries for every registered tool."""
         return to_openai_tools(self.actions.values(), separator)
+
+    async def aprepare(self, session_id: str | int = 0) -> None:
+        """Let tools that learn their APIs at run time (MCP servers) list them, concurrently."""
+        prepares = [
+            prepare(session_id)
+            for action in self.actions.values()
+            if (prepare := getattr(action, "aprepare", None)) is not None
+        ]
+        if prepares:
+            await asyncio.gather(*prepares)
 
     # -- the call ---------------------------------------------------------------------------
     def resolve(self, name: str) -> tuple[BaseAction, str] | None:

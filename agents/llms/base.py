@@ -25,6 +25,9 @@ class Usage:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Why the last generation counted here stopped ("stop", "length", ...): a reply cut by
+    # ``max_new_tokens`` is "length" (OpenAI's finish_reason). Not part of ``to_dict``.
+    last_finish: str | None = field(default=None, compare=False)
 
     @property
     def total_tokens(self) -> int:
@@ -33,6 +36,8 @@ class Usage:
     def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        if other.last_finish is not None:
+            self.last_finish = other.last_finish
 
     def to_dict(self) -> dict[str, int]:
         return {
@@ -52,27 +57,35 @@ class LLMDelta:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_usage_counter: contextvars.ContextVar[Usage | None] = contextvars.ContextVar(
-    "agents_usage_counter", default=None
+_usage_counter: contextvars.ContextVar[tuple[Usage, ...]] = contextvars.ContextVar(
+    "agents_usage_counter", default=()
 )
 
 
 @contextmanager
 def usage_scope() -> Iterator[Usage]:
-    """Sum the usage of every generation made by this task (and tasks it starts) inside."""
+    """Sum the usage of every generation made by this task (and tasks it starts) inside.
+
+    Scopes nest: a generation counts in every enclosing scope (a multi-agent task's budget
+    and the server's per-run accounting both see it).
+    """
     counter = Usage()
-    token = _usage_counter.set(counter)
+    token = _usage_counter.set((*_usage_counter.get(), counter))
     try:
         yield counter
     finally:
-        _usage_counter.reset(token)
+        try:
+            _usage_counter.reset(token)
+        except ValueError:  # closed from another context (an abandoned async generator)
+            pass
 
 
-def record_usage(usage: Usage) -> None:
-    """Add a generation's usage to the active ``usage_scope`` counter, if any."""
-    counter = _usage_counter.get()
-    if counter is not None:
+def record_usage(usage: Usage, finish: str | None = None) -> None:
+    """Add a generation's usage (and why it stopped) to every active ``usage_scope`` counter."""
+    for counter in _usage_counter.get():
         counter.add(usage)
+        if finish is not None:
+            counter.last_finish = finish
 
 
 DEFAULT_GEN_PARAMS: dict[str, Any] = {
@@ -178,8 +191,7 @@ class AsyncBaseLLM:
             if aclose is not None:  # stop the backend's generation (e.g. a vLLM abort) now
                 await aclose()
         tail = stop.flush()
-        if usage is not None:
-            record_usage(usage)
+        record_usage(usage or Usage(), finish or "stop")
         yield LLMDelta(text=tail, finish_reason=finish or "stop", usage=usage)
 
     async def chat(self, messages: Messages, **kwargs: Any) -> str:

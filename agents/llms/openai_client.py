@@ -32,9 +32,10 @@ RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 class APIError(RuntimeError):
     """The server answered with an error (``status`` is None for errors inside a stream)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail  # the server's own words (its answer's body), without our URL
 
 
 class APIConnectionError(APIError):
@@ -128,7 +129,9 @@ class OpenAIClient:
                     return resp
                 text = await resp.text(errors="replace")
                 resp.release()
-                error = APIError(f"HTTP {resp.status} from {self.url}: {text[:500]}", resp.status)
+                error = APIError(
+                    f"HTTP {resp.status} from {self.url}: {text[:500]}", resp.status, text[:500]
+                )
                 if resp.status not in RETRY_STATUSES:
                     raise error
                 delay = _retry_after(resp, delay, self.max_backoff_s)

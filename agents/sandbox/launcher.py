@@ -91,6 +91,19 @@ def write_startup(config: SandboxConfig, run_dir: Path) -> None:
     (run_dir / STARTUP_FILE).write_text(_STARTUP % (config.output_bytes + 1))
 
 
+def sandboxed(config: SandboxConfig, spec: LaunchSpec, argv: list[str]) -> list[str]:
+    """``argv`` as it runs in the session's sandbox: limits and the session uid
+    (``_privilege_drop``), and at L3 bubblewrap (no network, only the work dir writable).
+    Used for programs other than the kernel (an MCP server over stdio)."""
+    inner = argv
+    if spec.level == "L3":
+        bwrap = bwrap_path()
+        if bwrap is None:
+            raise RuntimeError("bubblewrap (bwrap) is not installed")
+        inner = [bwrap, *_bwrap_args(config, spec), "--", *argv]
+    return [*_privilege_drop(config, spec), *inner]
+
+
 def kernel_command(config: SandboxConfig, spec: LaunchSpec) -> list[str]:
     """argv for the kernel; at L3 wrapped in bubblewrap."""
     kernel = [

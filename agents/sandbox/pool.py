@@ -17,7 +17,7 @@ from pathlib import Path
 from agents.sandbox import selftest, workdirs
 from agents.sandbox.config import Level, SandboxConfig, level_rank
 from agents.sandbox.kernel import SandboxKernel
-from agents.sandbox.launcher import SANDBOX_WORKDIR
+from agents.sandbox.launcher import SANDBOX_WORKDIR, LaunchSpec, kernel_env, sandboxed
 from agents.sandbox.loop import LoopThread
 from agents.sandbox.output import CellResult
 from agents.sandbox.reaper import FileLock, UidAllocator, reap_leftovers
@@ -46,6 +46,7 @@ class KernelPool:
         self._reaper: asyncio.Task[None] | None = None
         self._lock: FileLock | None = None
         self._allocator: UidAllocator | None = None
+        self._starting: asyncio.Future[Level] | None = None  # the one start-up (see _start)
         self.closed = False
 
     # -- public API (callable from any event loop or thread) --------------------------------
@@ -86,6 +87,37 @@ class KernelPool:
         name = hashlib.sha256(session_key.encode()).hexdigest()[:32]
         return self.config.base_dir / "sessions" / name
 
+    async def stdio_launch(
+        self, session_key: str, argv: list[str]
+    ) -> tuple[list[str], dict[str, str], str]:
+        """(argv, env, cwd) that run ``argv`` in the session's sandbox, as its kernels run
+        (uid, rlimits, bubblewrap at L3, a cleared environment), with stdin/stdout left to
+        the caller (an MCP stdio server). cgroups are not applied (they need the start gate,
+        which would consume the protocol's first line): rlimits bound memory and processes."""
+        return await self._loop().run(self._stdio_launch(session_key, argv))
+
+    async def _stdio_launch(
+        self, session_key: str, argv: list[str]
+    ) -> tuple[list[str], dict[str, str], str]:
+        if self.level is None:
+            await self._start()
+        if not self.level_ok or self.level is None:
+            raise SandboxError(
+                f"sandbox isolation level {self.level} is below the required "
+                f"{self.config.min_level}: refusing to start a stdio server"
+            )
+        workdir = self.workdir(session_key)
+        uid = self._uid_for(session_key)
+        workdirs.ensure(workdir, uid)
+        run_dir = self.run_root / self.pool_id / f"stdio-{secrets.token_hex(4)}"
+        run_dir.mkdir(mode=0o700, parents=True)
+        if uid is not None:
+            os.chown(run_dir, uid, uid)
+        spec = LaunchSpec(self.level, uid, workdir, run_dir, run_dir / "unused.json")
+        marker = f"{self.pool_id}-stdio"
+        env = kernel_env(self.config, spec, marker)
+        return sandboxed(self.config, spec, argv), env, str(workdir)
+
     def save_file(self, session_key: str, relpath: str, data: bytes) -> str:
         """Write a file into the session's work dir; returns its path as the kernel sees it."""
         target = workdirs.save(
@@ -124,8 +156,26 @@ class KernelPool:
         return self.config.base_dir / "run"
 
     async def _start(self) -> Level:
+        """Single-flight: every caller (the service's start-up self-test, a tool call that
+        arrives meanwhile) waits for the one start-up, at most ``start_timeout_s``."""
         if self.level is not None:
             return self.level
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start_once())
+        starting = self._starting
+        try:
+            return await asyncio.wait_for(asyncio.shield(starting), self.config.start_timeout_s)
+        except TimeoutError:
+            raise SandboxError(
+                f"the sandbox is still starting (self-test running for over "
+                f"{self.config.start_timeout_s:g} s); try again shortly"
+            ) from None
+        finally:
+            failed = starting.done() and (starting.cancelled() or starting.exception() is not None)
+            if failed and self._starting is starting:
+                self._starting = None  # a failed start-up may be tried again
+
+    async def _start_once(self) -> Level:
         self._prepare_dirs()
         self._start_slots = asyncio.Semaphore(max(1, self.config.start_concurrency))
         self._slot_freed = asyncio.Condition()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import sqlalchemy as sa
@@ -9,7 +10,9 @@ from fastapi import APIRouter
 from starlette.responses import JSONResponse
 
 from app.deps import StateDep
+from app.state import AppState
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
 VERSION = "0.1.0"
 
@@ -22,29 +25,49 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(state: StateDep) -> JSONResponse:
-    """Database reachable, models loaded, sandbox level; 503 until all are fine."""
+    """Ready only when every part is: the database answers, every model is loaded, and (when
+    the sandbox is enabled) its self-test reached at least the minimum level. 503 until then,
+    with ``not_ready`` naming the parts that are not (and ``retry-after``)."""
     checks: dict[str, Any] = {"version": VERSION}
-    ok = True
+    waiting: list[str] = []
     try:
         async with state.engine.connect() as conn:
             await conn.execute(sa.text("SELECT 1"))
         checks["database"] = "ok"
-    except Exception as exc:
-        checks["database"] = f"error: {exc}"
-        ok = False
+    except Exception:
+        log.warning("readiness: the database does not answer", exc_info=True)
+        checks["database"] = "unavailable"
+        waiting.append("database")
     models = state.models.status()
     checks["models"] = models
-    ok = ok and all(s == "ready" for s in models.values())
+    waiting += [f"models.{name}" for name, status in models.items() if status != "ready"]
+    checks["sandbox"] = sandbox = _sandbox(state)
+    if sandbox["enabled"] and not sandbox.get("ready"):
+        waiting.append("sandbox")
+    checks["status"] = "not_ready" if waiting else "ready"
+    if waiting:
+        checks["not_ready"] = waiting
+        return JSONResponse(checks, status_code=503, headers={"retry-after": "1"})
+    return JSONResponse(checks)
+
+
+def _sandbox(state: AppState) -> dict[str, Any]:
+    """The sandbox's part: enabled by settings; ready once its level is known and enough."""
     pool = state.kernel_pool
-    checks["sandbox"] = {
-        "level": getattr(pool, "level", None) if pool is not None else None,
+    enabled = state.settings.sandbox_enabled
+    info: dict[str, Any] = {
+        "enabled": enabled,
+        "level": getattr(pool, "level", None),
         "min_level": getattr(getattr(pool, "config", None), "min_level", None),
-        "enabled": pool is not None,
     }
-    if pool is not None and getattr(pool, "level", None) is not None:
-        # Below the minimum the pool refuses to run code; agents without tools still work.
-        checks["sandbox"]["level_ok"] = bool(pool.level_ok)
+    if not enabled:
+        return info
     if "sandbox_error" in state.extras:
-        checks["sandbox"]["error"] = state.extras["sandbox_error"]
-    checks["status"] = "ready" if ok else "not_ready"
-    return JSONResponse(checks, status_code=200 if ok else 503)
+        info["error"] = "the sandbox failed to start (see the server log)"
+    elif pool is None or pool.level is None:
+        info["state"] = "starting"  # the self-test is running
+    else:
+        # Below the minimum the pool refuses to run code: not ready for tool calls.
+        info["level_ok"] = bool(pool.level_ok)
+        info["ready"] = bool(pool.level_ok)
+    return info

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -23,7 +24,7 @@ from app.deps import (
     validated_body,
 )
 from app.engines.base import EngineError
-from app.errors import AppError, BadRequest, NotFound, Unavailable, upstream_unavailable
+from app.errors import AppError, BadRequest, NotFound, Unavailable, public_error
 from app.models.encoded import EncodedJSON, dumps, encoded
 from app.schemas.openai import ChatCompletionRequest, inline_json_schema
 from app.services import chat
@@ -73,6 +74,9 @@ async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[s
 
 SESSION_ID_HEADER = "X-Session-Id"
 SESSION_ID_MAX_LENGTH = 128
+STRATEGY_HEADER = "X-Multitask-Strategy"
+STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
+SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*")  # as Name (schemas.common)
 # What the endpoint reads itself, documented as FastAPI documents a ``Header()`` and a body.
 _CHAT_PARAMETERS: list[dict[str, Any]] = [
     {
@@ -84,6 +88,13 @@ _CHAT_PARAMETERS: list[dict[str, Any]] = [
             "title": SESSION_ID_HEADER,
         },
     },
+    {
+        "name": STRATEGY_HEADER,
+        "in": "header",
+        "required": False,
+        "schema": {"anyOf": [{"type": "string", "enum": list(STRATEGIES)}, {"type": "null"}]},
+        "description": "With X-Session-Id: what a message to a busy session does",
+    },
     AUTHORIZATION_PARAMETER,
 ]
 _CHAT_BODY: dict[str, Any] = {
@@ -93,12 +104,35 @@ _CHAT_BODY: dict[str, Any] = {
 
 
 def session_id_header(request: Request) -> str | None:
-    """``X-Session-Id`` (400 over 128 characters, as a ``Header(max_length=128)`` would)."""
+    """``X-Session-Id`` (400 over 128 characters, as a ``Header(max_length=128)`` would, and
+    for anything a session id cannot be)."""
     value = request.headers.get(SESSION_ID_HEADER)
     if value is not None and len(value) > SESSION_ID_MAX_LENGTH:
         raise BadRequest(
             f"{SESSION_ID_HEADER}: String should have at most {SESSION_ID_MAX_LENGTH} characters",
             param=SESSION_ID_HEADER,
+            code="invalid_value",
+        )
+    if value and not SESSION_ID_PATTERN.fullmatch(value):
+        raise BadRequest(
+            f"{SESSION_ID_HEADER}: a session id is letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit",
+            param=SESSION_ID_HEADER,
+            code="invalid_value",
+        )
+    return value
+
+
+def strategy_header(request: Request) -> str | None:
+    """``X-Multitask-Strategy``: what a message to a busy session does (as REST's
+    ``multitask_strategy``); None: the agent's default, else ``reject``."""
+    value = request.headers.get(STRATEGY_HEADER)
+    if value is None or value == "":
+        return None
+    if value not in STRATEGIES:
+        raise BadRequest(
+            f"{STRATEGY_HEADER} must be one of {', '.join(STRATEGIES)}",
+            param=STRATEGY_HEADER,
             code="invalid_value",
         )
     return value
@@ -153,10 +187,15 @@ async def chat_completions(request: Request) -> Response:
     agent = (await _agents(state, who.tenant_id)).get(body.model)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if agent is not None:
+        chat.check_agent_params(body)  # 400 for a field an agent cannot honour
         if x_session_id:
-            sub = await chat.session_submission(state, who.tenant_id, agent, x_session_id, body)
+            strategy = strategy_header(request)
+            sub = await chat.session_submission(
+                state, who.tenant_id, agent, x_session_id, body, strategy
+            )
             run, _ = await state.run_manager.submit(sub)
-            pieces = chat.run_pieces(state, run.id)
+            hold = chat.holds_turns(sub.spec) or chat.wants_json(body)
+            pieces = chat.run_pieces(state, run.id, hold, body)
         else:
             chat.check_ready(state, agent.spec)
             split = chat.split_input(body.messages)  # 400 before any byte is streamed
@@ -228,18 +267,6 @@ def _data(obj: dict[str, Any]) -> bytes:
 
 
 def _error(exc: Exception) -> dict[str, Any]:
-    if isinstance(exc, APIConnectionError):
-        exc = upstream_unavailable(exc)
-    if isinstance(exc, AppError):
-        error: dict[str, Any] = exc.body()["error"]
-        return error
-    if isinstance(exc, EngineError):
-        kind = "invalid_request_error" if 400 <= exc.status < 500 else "server_error"
-        return {"message": exc.message, "type": kind, "param": None, "code": exc.code}
-    log.exception("chat completion stream failed", exc_info=exc)
-    return {
-        "message": str(exc) or type(exc).__name__,
-        "type": "server_error",
-        "param": None,
-        "code": "internal_error",
-    }
+    if not isinstance(exc, AppError | EngineError | APIConnectionError):
+        log.exception("chat completion stream failed", exc_info=exc)
+    return public_error(exc)

@@ -21,7 +21,6 @@ from app.deps import (
     json_body,
     validated_body,
 )
-from app.errors import SessionBusy
 from app.ops.budget_store import session_usage
 from app.runtime.runs import RunManager, run_public
 from app.schemas.openai import inline_json_schema
@@ -102,28 +101,28 @@ async def get_memory(
 @router.put("/{session_id}/memory")
 async def put_memory(
     session_id: str,
-    db: DbDep,
     who: PrincipalDep,
     app_state: StateDep,
     state: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
-    """Replace the session's state_dict (load_state_dict)."""
-    row, agent = await service.get_session(db, who.tenant_id, session_id)
-    if await service.active_run(db, row.pk) is not None:
-        raise SessionBusy(session_id)
-    keys = await service.memory_keys(db, app_state, row, agent)
-    return await service.replace_memory(db, row, state, keys, app_state.run_manager.memory)
+    """Replace the session's state_dict (load_state_dict); 409 ``session_busy`` while a run
+    of the session is queued or running (admitted like a run)."""
+    runs = app_state.run_manager
+    async with app_state.sessionmaker() as db:
+        row, agent = await service.get_session(db, who.tenant_id, session_id)
+        keys = await service.memory_keys(db, app_state, row, agent)
+    async with runs.writing_memory(row.pk, session_id) as db:
+        return await service.replace_memory(db, row, state, keys, runs.memory)
 
 
 @router.post("/{session_id}/reset")
-async def reset_session(
-    session_id: str, db: DbDep, who: PrincipalDep, state: StateDep
-) -> SessionPublic:
-    """Forget the session's memory and restart its kernel."""
-    row, agent = await service.get_session(db, who.tenant_id, session_id)
-    if await service.active_run(db, row.pk) is not None:
-        raise SessionBusy(session_id)
-    await service.reset_memory(db, row)
+async def reset_session(session_id: str, who: PrincipalDep, state: StateDep) -> SessionPublic:
+    """Forget the session's memory and restart its kernel (409 ``session_busy`` while a run
+    of the session is queued or running)."""
+    async with state.sessionmaker() as db:
+        row, agent = await service.get_session(db, who.tenant_id, session_id)
+    async with state.run_manager.writing_memory(row.pk, session_id) as db:
+        await service.reset_memory(db, row)
     await _shutdown_kernel(state, f"{who.tenant_id}:{session_id}")
     return service.to_public(row, agent.name)
 
@@ -270,6 +269,10 @@ async def _wait_or_cancel(runs: RunManager, run_id: str, request: Request, cance
 
 
 async def _shutdown_kernel(state: Any, session_key: str) -> None:
+    """The session's tools end with it: its MCP connections, then its kernels."""
+    from agents.actions.mcp_conn import CONNECTIONS
+
+    await CONNECTIONS.close_session(session_key)
     pool = state.kernel_pool
     if pool is not None:
         await pool.shutdown_session(session_key)

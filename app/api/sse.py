@@ -9,6 +9,7 @@ from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from app.errors import public_error
 from app.runtime.runs import RunManager
 from app.settings import Settings
 
@@ -67,12 +68,9 @@ def run_event_response(
         except Exception as exc:  # headers are sent: report in-stream, then end
             log.exception("event stream of run %s failed", run_id)
             finished = True
-            error = {
-                "message": str(exc),
-                "type": "server_error",
-                "param": None,
-                "code": "stream_error",
-            }
+            error = public_error(exc)
+            if error["code"] == "internal_error":
+                error["code"] = "stream_error"
             yield ServerSentEvent(data=json.dumps({"error": error}), event="error")
         finally:
             if not finished and on_drop is not None:

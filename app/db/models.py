@@ -12,6 +12,8 @@ from app.db.base import Base, UTCDateTime, utcnow
 
 # Autoincrement 64-bit ids that SQLite also accepts as its rowid alias.
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+# Event ids a run reserves at a time (``Run.seq_reserved``); migration 0005 uses the same.
+SEQ_BLOCK = 64
 
 
 class Tenant(Base):
@@ -134,6 +136,12 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # Event ids (``RunEvent.seq``) up to this one may have been sent to clients: a live run
+    # sends no id above it, and recovery numbers its events after it (app/runtime/events.py).
+    # New runs start with a block reserved (the default), raised in blocks while they stream.
+    seq_reserved: Mapped[int] = mapped_column(
+        sa.Integer(), default=SEQ_BLOCK, server_default=str(SEQ_BLOCK)
+    )
 
 
 class RunEvent(Base):

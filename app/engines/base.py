@@ -31,11 +31,18 @@ class RawChatBackend(Protocol):
 class EngineError(Exception):
     """The engine could not serve a request; ``status`` is the HTTP status (503 by default)."""
 
-    def __init__(self, message: str, status: int = 503, code: str = "engine_unavailable") -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 503,
+        code: str = "engine_unavailable",
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.code = code
+        self.param = param
 
 
 class ModelHandle:

@@ -207,14 +207,23 @@ class VllmChatBackend:
         return _Plan(*parts)
 
 
+# vLLM's renderer names these parameters when the prompt alone is over the model's context.
+PROMPT_TOO_LONG = ("input_tokens", "input_text")
+
+
 def _engine_error(exc: Exception) -> Exception:
     """Bad input -> 400 naming the problem; a dead engine -> 503; anything else unchanged."""
-    from vllm.exceptions import VLLMClientError
+    from vllm.exceptions import VLLMClientError, VLLMValidationError
 
     if isinstance(exc, EngineError):
         return exc
     if isinstance(exc, VllmEngineError):
         return EngineError(str(exc))
+    if isinstance(exc, VLLMValidationError) and exc.parameter in PROMPT_TOO_LONG:
+        # The renderer refuses a prompt over the context before our own check can: the same
+        # code and param as a too-large max_tokens (LangChain's ContextOverflowError).
+        message = str(exc.args[0]) if exc.args else str(exc)
+        return EngineError(message, status=400, code="context_length_exceeded", param="messages")
     if isinstance(exc, VLLMClientError | ValueError):  # pydantic's ValidationError included
         return EngineError(str(exc), status=400, code="invalid_request")
     return exc

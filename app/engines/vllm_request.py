@@ -53,6 +53,7 @@ async def build_plan_parts(
             f"{len(prompt['prompt_token_ids'])} and {wanted or 0} more were requested.",
             status=400,
             code="context_length_exceeded",
+            param="messages",
         )
     defaults = backend.sampling_defaults(llm)
     sampling = req.to_sampling_params(wanted or room, defaults)

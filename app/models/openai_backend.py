@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +16,8 @@ from agents.llms.openai_client import APIConnectionError, APIError, OpenAIClient
 from app.engines.base import EngineError, ModelHandle
 from app.models.encoded import EncodedJSON, dumps
 
+log = logging.getLogger(__name__)
+
 # Upstream 4xx answers that mean "the gateway is misconfigured or the upstream is overloaded"
 # (its key, its model name, its rate limit): the caller can do nothing about them, so they are
 # the engine's 503. Any other 4xx refused the caller's request: it is passed on as that status.
@@ -25,10 +28,16 @@ def _engine_error(exc: Exception) -> EngineError:
     """The gateway's error for an upstream failure (docs/api.md: 503 ``engine_unavailable``)."""
     status = exc.status if isinstance(exc, APIError) else None
     if isinstance(exc, APIConnectionError) or status is None:
-        return EngineError(f"upstream model unreachable: {exc}")
+        log.warning("upstream model unreachable: %s", exc)  # its address stays here
+        return EngineError("upstream model unreachable")
     if 400 <= status < 500 and status not in _NOT_THE_CALLERS:
-        return EngineError(f"upstream model refused the request: {exc}", status, "upstream_error")
-    return EngineError(f"upstream error {status}: {exc}")
+        # The caller's own request was refused: the upstream's words (not its address) help.
+        words = exc.detail if isinstance(exc, APIError) and exc.detail is not None else ""
+        return EngineError(f"upstream model refused the request: {words}", status, "upstream_error")
+    # The gateway's configuration or the upstream's state (its words may quote the gateway's
+    # upstream key or model name): the log has them, the caller gets the status.
+    log.warning("upstream error %s: %s", status, exc)
+    return EngineError(f"upstream error {status}")
 
 
 class OpenAIRawBackend:

@@ -49,7 +49,7 @@ class BudgetSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_total_tokens: int = Field(ge=1, le=10**12)
+    max_total_tokens: int = Field(ge=1, le=10**12, strict=True)
 
 
 def session_token_budget(spec: Mapping[str, Any]) -> int | None:

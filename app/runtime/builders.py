@@ -1,4 +1,10 @@
-"""Built-in agent kinds (``agent``, ``tool_agent``) and tools, built from a spec."""
+"""Built-in agent kinds (``agent``, ``tool_agent``, ``task``) and tools, built from a spec.
+
+Sub-agents are used: an ``agent`` with ``sub_agents`` is a round-robin review (its answer goes
+to each sub-agent in turn, which answers back, then it answers last); a ``tool_agent``'s
+sub-agents are tools the model calls by their key; a ``task`` runs ``agents.Task``.
+Named sub-agents arrive here resolved (``app.services.agent_refs``).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,9 @@ import importlib
 import logging
 from typing import Any
 
+from app.errors import ValidationFailed
 from app.runtime.registry import BuildContext, Registry, ServableAgent
-from app.schemas.agents import AgentSpec
+from app.schemas.agents import AgentSpec, DoneSpec
 
 log = logging.getLogger(__name__)
 
@@ -51,23 +58,149 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         aggregator=_aggregator(spec),
         name=ctx.name,
     )
-    return _with_gen_params(agent, spec)
+    if not spec.sub_agents:
+        return _with_gen_params(agent, spec)
+    from agents.task import Task
+
+    # A review round: the answer goes to each sub-agent in turn and back; the agent ends it.
+    subs = [Task(_member(sub, ctx, key), single_round=True) for key, sub in _subs(spec)]
+    task = Task(
+        agent,
+        name=ctx.name,
+        sub_tasks=subs,
+        round_robin=True,
+        max_turns=1 + 2 * len(subs),
+        gen_params=spec.gen_params.to_kwargs(),
+    )
+    task.agentstation_gen_params = {}  # the spec's: gen_params
+    result: ServableAgent = task
+    return result
 
 
 def build_tool_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     """``kind: tool_agent``: the model calls tools until it answers (at most ``max_turn``)."""
+    from agents.agent_tool import AgentTool
     from agents.tool_agent import AsyncToolAgent
 
     assert ctx.registry is not None
+    members = [(key, _member(sub, ctx, key)) for key, sub in _subs(spec)]
+    tools = ctx.registry.build_tools(spec, ctx) + [AgentTool(a, key) for key, a in members]
     agent = AsyncToolAgent(
         llm=_llm(spec, ctx),
         template=spec.system_prompt,
-        executor=ctx.registry.build_tools(spec, ctx) or None,
+        executor=tools or None,
         output_format=_output_format(spec),  # None: the JSON tool-call default
         max_turn=spec.max_turn,
         name=ctx.name,
     )
+    for key, member in members:  # their memories are the session's too (``critic.memory``)
+        agent.__dict__["_registries"]["agent"][key] = member
     return _with_gen_params(agent, spec)
+
+
+def build_task(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
+    """``kind: task``: ``agents.Task`` over ``agent`` with ``sub_tasks`` and the rules."""
+    from agents.task import Task
+    from agents.task_types import Budget
+
+    assert isinstance(spec.agent, AgentSpec)  # check_task; names were resolved
+    name = ctx.name or "task"
+    main = _member(spec.agent, ctx, name)
+    if spec.done is not None and spec.done.tool:
+        from agents.tool_message import DoneTool
+
+        main.enable_message(DoneTool)
+    budget = None
+    if spec.run_budget is not None:
+        budget = Budget(**spec.run_budget.model_dump())
+    task = Task(
+        main, name=name, max_turns=spec.max_turns, max_stalled_steps=spec.max_stalled_steps or 3,
+        budget=budget, gen_params=getattr(main, "agentstation_gen_params", {}),
+        **_done_rules(spec.done),
+    )  # fmt: skip
+    for i, sub in enumerate(spec.sub_tasks or []):
+        assert isinstance(sub.agent, AgentSpec)
+        key = sub.name or f"sub{i}"
+        member = _member(sub.agent, ctx, key)
+        task.add_sub_task(
+            Task(
+                member, name=key, single_round=sub.single_round, max_turns=sub.max_turns,
+                gen_params=getattr(member, "agentstation_gen_params", {}),
+                **_done_rules(sub.done),
+            )
+        )  # fmt: skip
+    task.agentstation_gen_params = {}  # members carry their own
+    result: ServableAgent = task
+    return result
+
+
+def _done_rules(done: DoneSpec | None) -> dict[str, Any]:
+    if done is None:
+        return {}
+    return {
+        "done": done.contains,
+        "done_if_response": done.if_response,
+        "done_if_no_response": done.if_no_response,
+    }
+
+
+_TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
+
+
+def check_single(spec: AgentSpec, prefix: str) -> None:
+    """``agent`` / ``tool_agent``: the task fields are a mistake, not something to ignore."""
+    for field in _TASK_FIELDS:
+        if getattr(spec, field) is not None:
+            raise ValidationFailed(
+                f"{field!r} is for kind 'task' (this is {spec.kind!r})",
+                param=f"{prefix}.{field}",
+                code="not_supported",
+            )
+
+
+def check_task(spec: AgentSpec, prefix: str) -> None:
+    """422s of a ``task`` spec beyond its schema."""
+    if spec.agent is None:
+        raise ValidationFailed(
+            "a task needs an agent (a stored agent's name or a spec)",
+            param=f"{prefix}.agent",
+            code="missing_field",
+        )
+    names = [t.name or (t.agent if isinstance(t.agent, str) else f"sub{i}")
+             for i, t in enumerate(spec.sub_tasks or [])]  # fmt: skip
+    names = [n.replace(".", "_") for n in names]
+    if len(set(names)) < len(names):
+        raise ValidationFailed(
+            "sub-task names must be unique (set `name`)", param=f"{prefix}.sub_tasks",
+            code="duplicate_name",
+        )  # fmt: skip
+    known = {"llm", "agent", "user", *names}
+    for field in ("if_response", "if_no_response"):
+        for who in getattr(spec.done, field, None) or []:
+            if who not in known:
+                raise ValidationFailed(
+                    f"unknown responder {who!r}; one of {sorted(known)}",
+                    param=f"{prefix}.done.{field}",
+                    code="unknown_responder",
+                )
+
+
+def _subs(spec: AgentSpec) -> list[tuple[str, AgentSpec]]:
+    subs = []
+    for key, sub in spec.sub_agents.items():
+        if not isinstance(sub, AgentSpec):
+            raise ValueError(f"sub-agent {key!r} was not resolved")
+        subs.append((key, sub))
+    return subs
+
+
+def _member(spec: AgentSpec | str, ctx: BuildContext, name: str) -> Any:
+    """A participant built like any agent, under ``name``."""
+    if not isinstance(spec, AgentSpec):
+        raise ValueError(f"agent {spec!r} was not resolved")
+    assert ctx.registry is not None
+    member_ctx = BuildContext(llms=ctx.llms, kernel_pool=ctx.kernel_pool, name=name)
+    return ctx.registry.build(spec, member_ctx)
 
 
 def _with_gen_params(agent: Any, spec: AgentSpec) -> ServableAgent:
@@ -89,6 +222,7 @@ def _lazy_tool(module: str, name: str) -> Any:
 BUILTIN_TOOLS = {
     "IPythonInteractive": ("agents.actions.ipython", "AsyncIPythonInteractive"),
     "IPythonInterpreter": ("agents.actions.ipython", "AsyncIPythonInterpreter"),
+    "mcp": ("agents.actions.mcp", "MCPToolkit"),  # an MCP server's tools (docs/interop.md)
 }
 
 
@@ -96,8 +230,9 @@ def register_builtins(registry: Registry) -> None:
     """The kinds and tools every installation has."""
     # One model call per message, no tools and no hooks: its memory is its only per-session
     # state, so stateless requests share one built object (AppState.stateless_agent).
-    registry.add_kind("agent", build_agent, supports_tools=False, shared=True)
-    registry.add_kind("tool_agent", build_tool_agent)
+    registry.add_kind("agent", build_agent, supports_tools=False, shared=True, check=check_single)
+    registry.add_kind("tool_agent", build_tool_agent, check=check_single)
+    registry.add_kind("task", build_task, supports_tools=False, needs_model=False, check=check_task)
     for name, (module, cls) in BUILTIN_TOOLS.items():
         registry.add_tool(name, _lazy_tool(module, cls))
     try:

@@ -1,4 +1,13 @@
-"""A run's event log: sequence numbers from 1, coalesced deltas, live followers, durable rows."""
+"""A run's event log: sequence numbers from 1, coalesced deltas, live followers, durable rows.
+
+An event id (``seq``) once sent names that event forever, on every replica and after any
+crash. Events are sent before they are stored (storing each one first would put a write in
+front of every delta), so a live run sends an id only when it is stored or at most
+``Run.seq_reserved``: a bound raised durably, a block at a time, before the run needs it (a
+run is created with the first block; most turns never raise it). Recovery numbers the events
+it adds after that bound, and says with a ``run.gap`` event that ids up to it may have been
+sent and lost (see ``gap_event``).
+"""
 
 from __future__ import annotations
 
@@ -14,13 +23,17 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.base import utcnow
-from app.db.models import RunEvent
+from app.db.models import SEQ_BLOCK, Run, RunEvent
 from app.runtime.writes import WriteGate
 
 log = logging.getLogger(__name__)
 
 EVENTS = cast(sa.Table, RunEvent.__table__)  # Core inserts: no ORM bookkeeping, no RETURNING
+RUNS = cast(sa.Table, Run.__table__)
 TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled", "error"})
+GAP = "run.gap"
+# The next block is reserved when fewer than this many reserved ids are left unused.
+SEQ_LOW_WATER = 16
 
 
 @dataclass
@@ -41,8 +54,13 @@ class RunChannel:
         sessionmaker: async_sessionmaker[AsyncSession],
         flush_s: float,
         writes: WriteGate | None = None,
+        reserved: int = SEQ_BLOCK,
     ) -> None:
         self.run_id = run_id
+        self.reserved = reserved  # durably reserved: ids up to it may be sent before storage
+        self.stored = 0  # events up to this seq are stored
+        self._reserving: asyncio.Task[None] | None = None
+        self._followers = 0  # ids are reserved only for someone to send them to
         self._writes = writes
         self.events: list[Event] = []
         self.done = False
@@ -75,6 +93,7 @@ class RunChannel:
     async def _flush_loop(self) -> None:
         while True:
             await self._publish_pending()
+            self._reserve_soon()  # again, if an earlier reservation failed
             try:
                 await self.save()
             except Exception:  # keep streaming; the final save retries and reports
@@ -91,8 +110,48 @@ class RunChannel:
         event = Event(len(self.events) + 1, type_, data)
         self.events.append(event)
         self._unsaved.append(event)
+        self._reserve_soon()
         self._wake()
         return event
+
+    def sendable(self) -> int:
+        """How many events followers may see: those stored or within the reserved ids."""
+        return min(len(self.events), max(self.reserved, self.stored))
+
+    def _reserve_soon(self) -> None:
+        """Reserve the next block of ids in the background when few are left (and the run
+        has followers: without any, events wait for storage, which the final write does)."""
+        if (
+            self._followers
+            and self._reserving is None
+            and len(self.events) + SEQ_LOW_WATER > self.reserved
+        ):
+            self._reserving = asyncio.create_task(self._reserve())
+
+    async def _reserve(self) -> None:
+        """Raise ``Run.seq_reserved`` durably, then let followers see the events it covers.
+        Only while the run is active: a run closed by recovery keeps the bound recovery saw."""
+        try:
+            target = len(self.events) + SEQ_BLOCK
+            async with self._gate(), self._sessionmaker() as db, db.begin():
+                done = await db.execute(
+                    sa.update(RUNS)
+                    .where(
+                        RUNS.c.id == self.run_id,
+                        RUNS.c.seq_reserved < target,
+                        RUNS.c.status.in_(("queued", "running")),
+                    )
+                    .values(seq_reserved=target)
+                )
+            if getattr(done, "rowcount", 0):
+                self.reserved = target
+                self._wake()
+            else:
+                log.warning("run %s: no longer active; its event ids stay reserved", self.run_id)
+        except Exception:  # followers wait; the flusher or the next event tries again
+            log.exception("run %s: reserving event ids failed", self.run_id)
+        finally:
+            self._reserving = None
 
     async def _publish_pending(self) -> None:
         if self._pending is not None:
@@ -150,6 +209,8 @@ class RunChannel:
             except BaseException:
                 self._unsaved = batch + self._unsaved
                 raise
+            self.stored = batch[-1].seq
+            self._wake()
 
     def _gate(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._writes.hold() if self._writes is not None else contextlib.nullcontext()
@@ -167,6 +228,8 @@ class RunChannel:
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
         await self._publish_pending()
+        if self._reserving is not None:  # never left half done (it logs its own errors)
+            await asyncio.shield(self._reserving)
 
     async def save_final(self, db: AsyncSession, type_: str, data: dict[str, Any]) -> Event:
         """Write every unsaved event and the terminal one in the caller's transaction; the
@@ -187,6 +250,7 @@ class RunChannel:
         """The transaction of ``save_final`` committed: show ``event`` to followers."""
         self._unsaved = []
         self.events.append(event)
+        self.stored = event.seq
         self._wake()
 
     async def close(self) -> None:
@@ -199,12 +263,26 @@ class RunChannel:
     async def follow(self, after: int = 0) -> AsyncIterator[Event]:
         """Events with ``seq > after``, live until the run ends."""
         position = max(after, 0)
-        while True:
-            while position < len(self.events):
-                position += 1
-                yield self.events[position - 1]
-            if self.done:
-                return
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
+        self._followers += 1
+        try:
+            self._reserve_soon()
+            while True:
+                while position < self.sendable():
+                    position += 1
+                    yield self.events[position - 1]
+                if self.done:
+                    return
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                await waiter
+        finally:
+            self._followers -= 1
+
+
+def gap_event(stored: int, reserved: int, reason: str) -> tuple[str, dict[str, Any]] | None:
+    """The ``run.gap`` event recovery stores before a dead run's final event, when ids above
+    its stored events may have been sent: ``from_id``..``to_id`` named events that are lost
+    (the client saw them live, or missed them) and are never used again."""
+    if reserved <= stored:
+        return None
+    return GAP, {"from_id": stored + 1, "to_id": reserved, "reason": reason}

@@ -17,8 +17,7 @@ from app.db import raw
 from app.db.base import utcnow
 from app.db.models import Run
 from app.db.models import Session as SessionRow
-from app.engines.base import EngineError
-from app.errors import database_unavailable
+from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, RunBudget, budget_scope
 from app.ops.budget_store import charge_tenant
@@ -129,14 +128,16 @@ async def execute(manager: RunManager, job: Job) -> None:
                     turn.agent, job.message, job.session_key, job.gen_params, job.channel, result
                 )
             job.finishing = True
+            # "length": the answer's model call hit its max tokens (OpenAI's finish_reason).
+            end = "length" if result.usage.last_finish == "length" else "end"
             try:
-                await _finish(manager, job, "completed", "end", result, turn, hold=hold)
+                await _finish(manager, job, "completed", end, result, turn, hold=hold)
             except Exception as exc:
                 if not (hold.broken and database_unavailable(exc)):
                     raise
                 # The lock's connection was lost (nothing committed there): store the end on a
                 # pooled connection, retried while the database is unreachable.
-                await _finish_safely(manager, job, "completed", "end", result, turn)
+                await _finish_safely(manager, job, "completed", end, result, turn)
     except BudgetExceeded:
         # Stopped at a model-call boundary: keep what the turn produced so far.
         job.finishing = True
@@ -146,10 +147,10 @@ async def execute(manager: RunManager, job: Job) -> None:
         status, keep = CANCEL_MODES.get(mode, ("cancelled", False))
         await _finish_safely(manager, job, status, mode, result, turn if keep else None)
     except Exception as exc:
+        # The detail (it may hold SQL and its parameters, paths, other tenants' ids) goes to
+        # the log only; the run's error says what a client may know, with the request id.
         log.exception("run %s failed", job.run_id)
-        error = {"message": str(exc) or type(exc).__name__, "type": type(exc).__name__}
-        if isinstance(exc, EngineError):
-            error["code"] = exc.code
+        error = public_error(exc)
         await _finish_safely(manager, job, "failed", "error", result, None, error)
     finally:
         await _guard(job.channel.close())
@@ -315,7 +316,7 @@ async def _finish(
             if charge:
                 await charge_tenant(db, job.tenant_id, charge)
             event = await job.channel.save_final(db, *terminal)
-    clean = status == "completed" and stop_reason == "end"
+    clean = status == "completed" and stop_reason in ("end", "length")
     if clean and turn is not None and turn.nodes is not None and after is not None:
         manager.memory.put(job.session_pk, turn.rev + (1 if changed else 0), after)
     if later is not None:

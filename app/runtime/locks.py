@@ -159,15 +159,24 @@ class SessionLocks:
         entry = self._run.get(key)
         return entry is not None and entry[0].locked()
 
-    async def held_elsewhere(self, key: str) -> bool:
-        """On PostgreSQL: True when another connection (another replica) holds the session."""
+    @asynccontextmanager
+    async def try_hold(self, key: str) -> AsyncIterator[bool]:
+        """On PostgreSQL: hold the session's run lock for the block if it is free (False:
+        another connection holds it: a live run, here or on another replica). True elsewhere
+        (one process owns a SQLite database's runs)."""
         if not self.postgres:
-            return False
+            yield True
+            return
         async with self.engine.connect() as conn:
-            got = await conn.scalar(sa.select(sa.func.pg_try_advisory_lock(advisory_key(key))))
-            if got:
-                await _unlock(conn, key)
-            return not got
+            got = bool(
+                await conn.scalar(sa.select(sa.func.pg_try_advisory_lock(advisory_key(key))))
+            )
+            await conn.commit()
+            try:
+                yield got
+            finally:
+                if got:
+                    await _unlock(conn, key)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from agents.schema import AgentMessage
 from app.errors import ValidationFailed
+from app.outbound import OutboundPolicy, OutboundRefused
 from app.schemas.agents import AgentSpec
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class AgentKind:
     build: AgentBuilder
     supports_tools: bool = True
     shared: bool = False
+    needs_model: bool = True  # False: its agents' specs name the models (``task``)
+    check: Callable[[AgentSpec, str], None] | None = None  # kind-specific 422s
 
 
 @dataclass
@@ -74,12 +77,20 @@ class Registry:
 
     kinds: dict[str, AgentKind] = field(default_factory=dict)
     tools: dict[str, ToolFactory] = field(default_factory=dict)
+    outbound: OutboundPolicy = field(default_factory=OutboundPolicy)  # remote URLs allowed
+    remote_key_prefix: str = "AGENTSTATION_REMOTE_KEY_"  # api_key_env must start with it
 
     def add_kind(
-        self, name: str, build: AgentBuilder, supports_tools: bool = True, shared: bool = False
+        self,
+        name: str,
+        build: AgentBuilder,
+        supports_tools: bool = True,
+        shared: bool = False,
+        needs_model: bool = True,
+        check: Callable[[AgentSpec, str], None] | None = None,
     ) -> None:
         """Register an agent kind (``shared``: see ``AgentKind``)."""
-        self.kinds[name] = AgentKind(name, build, supports_tools, shared)
+        self.kinds[name] = AgentKind(name, build, supports_tools, shared, needs_model, check)
 
     def add_tool(self, name: str, factory: ToolFactory) -> None:
         """Register a tool."""
@@ -87,6 +98,9 @@ class Registry:
 
     def validate(self, spec: AgentSpec, models: list[str], prefix: str = "spec") -> None:
         """422 naming the first unknown kind, model or tool of ``spec`` (and its sub-agents)."""
+        if spec.remote is not None:
+            self._validate_remote(spec, prefix)
+            return
         kind = self.kinds.get(spec.kind)
         if kind is None:
             raise ValidationFailed(
@@ -94,11 +108,14 @@ class Registry:
                 param=f"{prefix}.kind",
                 code="unknown_kind",
             )
+        if kind.check is not None:
+            kind.check(spec, prefix)
         if spec.model is None:
-            raise ValidationFailed(
-                "a model is required", param=f"{prefix}.model", code="missing_field"
-            )
-        if spec.model not in models:
+            if kind.needs_model:
+                raise ValidationFailed(
+                    "a model is required", param=f"{prefix}.model", code="missing_field"
+                )
+        elif spec.model not in models:
             raise ValidationFailed(
                 f"unknown model {spec.model!r}; configured: {sorted(models)}",
                 param=f"{prefix}.model",
@@ -118,8 +135,40 @@ class Registry:
                     code="unknown_tool",
                 )
             self._check_tool_config(tool.name, tool.config, f"{prefix}.tools[{i}].config")
-        for name, sub in spec.sub_agents.items():
-            self.validate(sub, models, f"{prefix}.sub_agents.{name}")
+            if tool.name == "mcp" and isinstance(tool.config.get("url"), str):
+                self._check_url(tool.config["url"], f"{prefix}.tools[{i}].config.url")
+        for name in spec.sub_agents:
+            if not name or "." in name:
+                raise ValidationFailed(
+                    "a sub-agent's key must be non-empty and contain no '.'",
+                    param=f"{prefix}.sub_agents",
+                    code="invalid_name",
+                )
+        for param, child in spec.children(prefix):
+            if isinstance(child, AgentSpec):  # names are checked against the tenant's agents
+                self.validate(child, models, param)
+
+    def _validate_remote(self, spec: AgentSpec, prefix: str) -> None:
+        """A remote agent: an allowed URL (syntax and listed or literal addresses; host names
+        are resolved and checked again when connecting) and a key variable with the prefix."""
+        self._check_url(spec.remote or "", f"{prefix}.remote")
+        env = spec.api_key_env
+        if env is not None and not env.startswith(self.remote_key_prefix):
+            raise ValidationFailed(
+                f"api_key_env must name a variable starting with {self.remote_key_prefix!r}",
+                param=f"{prefix}.api_key_env",
+                code="invalid_value",
+            )
+
+    def _check_url(self, url: str, param: str) -> None:
+        """422 ``url_not_allowed`` unless the URL passes the outbound policy (syntax, listed,
+        or not a literal private address; host names are resolved again when connecting)."""
+        try:
+            host, port = self.outbound.check_syntax(url)
+            if not self.outbound.listed(host, port):
+                _refuse_literal_private(host)
+        except OutboundRefused as exc:
+            raise ValidationFailed(str(exc), param=param, code="url_not_allowed") from None
 
     def _check_tool_config(self, name: str, config: dict[str, Any], param: str) -> None:
         """Build the tool once (tools start nothing in their constructor) to check its config."""
@@ -133,7 +182,20 @@ class Registry:
     def build(self, spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         """A fresh agent object for ``spec``."""
         ctx.registry = self
+        if spec.remote is not None:
+            return self.build_remote(spec, ctx)
         return self.kinds[spec.kind].build(spec, ctx)
+
+    def build_remote(self, spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
+        """A ``RemoteAgent`` for a spec with ``remote`` (its key read from the environment)."""
+        import os
+
+        from agents.remote import RemoteAgent
+
+        key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+        return RemoteAgent(
+            spec.remote or "", name=ctx.name, api_key=key, url_check=self.outbound.check
+        )
 
     def shared(self, spec: AgentSpec) -> bool:
         """Whether one agent built for ``spec`` may serve concurrent stateless requests."""
@@ -147,6 +209,9 @@ class Registry:
             config = _tool_kwargs(ref.name, ref.config)
             if ref.name.startswith("IPython") and ctx.kernel_pool is not None:
                 config["pool"] = ctx.kernel_pool  # the gateway's pool, never one from input
+            if ref.name == "mcp":  # the service's policies, never values from input
+                config["url_check"] = self.outbound.check
+                config["launch"] = _stdio_launcher(ctx.kernel_pool)
             tools.append(self.tools[ref.name](**config))
         return tools
 
@@ -164,19 +229,45 @@ class Registry:
                 log.exception("tool entry point %s failed to load", ep.name)
 
 
+def _stdio_launcher(pool: Any) -> Any:
+    """How ``mcp`` tools start stdio servers: in the session's sandbox, or not at all."""
+    if pool is not None:
+        return pool.stdio_launch
+
+    async def refuse(session: str, argv: list[str]) -> Any:
+        raise RuntimeError("stdio MCP servers need the sandbox, which is disabled here")
+
+    return refuse
+
+
+def _refuse_literal_private(host: str) -> None:
+    import ipaddress
+
+    if host == "localhost" or host.endswith(".localhost"):
+        raise OutboundRefused(f"{host!r} is this machine; list it in AGENTSTATION_OUTBOUND_ALLOW")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return  # a host name: resolved and checked when connecting
+    if not address.is_global:
+        raise OutboundRefused(
+            f"{host!r} is a non-public address; list it in AGENTSTATION_OUTBOUND_ALLOW"
+        )
+
+
 def _tool_kwargs(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments from a spec's tool config (``timeout_s`` is the kernel timeout)."""
-    kwargs = {k: v for k, v in config.items() if k != "pool"}
+    kwargs = {k: v for k, v in config.items() if k not in ("pool", "url_check", "launch")}
     if name.startswith("IPython") and "timeout_s" in kwargs:
         kwargs["timeout"] = kwargs.pop("timeout_s")
     return kwargs
 
 
-def default_registry() -> Registry:
-    """Built-in kinds and tools plus entry points."""
+def default_registry(outbound: OutboundPolicy | None = None) -> Registry:
+    """Built-in kinds and tools plus entry points (``outbound``: the allowed remote URLs)."""
     from app.runtime import builders
 
-    registry = Registry()
+    registry = Registry(outbound=outbound or OutboundPolicy())
     builders.register_builtins(registry)
     registry.load_entry_points()
     return registry

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -16,12 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from app.db import raw
 from app.db.base import new_id, transient, utcnow
-from app.db.models import Run, RunEvent
+from app.db.models import SEQ_BLOCK, Run, RunEvent
 from app.db.models import Session as SessionRow
 from app.errors import NotFound, SessionBusy
 from app.runtime import pgturn
 from app.runtime.budgets import BudgetFigures
-from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel
+from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel, gap_event
 from app.runtime.jobs import Job, execute, input_message
 from app.runtime.locks import RunHold, SessionLocks, advisory_key, lock_for_transaction
 from app.runtime.memory_cache import MemoryCache
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 RUNS = cast(sa.Table, Run.__table__)
 ACTIVE = ("queued", "running")
 KEEP_CHANNEL_S = 30.0  # finished runs are served from memory a little longer, then from the DB
+FOLLOW_POLL_S = 0.2  # a run owned elsewhere is followed by reading its stored events this often
+REAP_EVERY = 5  # polls between checks that its owner (another replica) is still alive
 
 
 @dataclass
@@ -132,6 +135,15 @@ class RunManager:
 
         ``inline``: the run gets no task of its own; a created run must be run at once by the
         caller, with ``run_here`` (a request that waits for the run's end anyway)."""
+        try:
+            return await self._submit(sub, inline)
+        except SessionBusy:
+            # Busy with a run whose replica died? Close it (as recovery would) and try again.
+            if not await self.reap_session(sub.session.pk):
+                raise
+        return await self._submit(sub, inline)
+
+    async def _submit(self, sub: Submission, inline: bool) -> tuple[Run, bool]:
         if self.locks.postgres and not sub.idempotency_key:
             return await self._submit_pg(sub, inline), True
         if sub.conn is not None:
@@ -164,8 +176,10 @@ class RunManager:
                     if sub.strategy in ("interrupt", "rollback"):
                         to_cancel = active
                     # An idle session's run is ``running`` from the start (no second write);
-                    # behind another run it is ``queued`` until that one ends.
-                    run = self._new_run(sub, running=not active)
+                    # behind another run it is ``queued`` until that one ends. On PostgreSQL
+                    # it is ``queued`` until it holds the session's run lock: a ``running``
+                    # run always holds it, so a free lock means its replica died (reap).
+                    run = self._new_run(sub, running=not active and not self.locks.postgres)
                     # A Core insert: the Run object stays in memory as the run's state.
                     await db.execute(sa.insert(RUNS).values(_columns(run)))
             except IntegrityError:  # a concurrent retry with the same Idempotency-Key won
@@ -177,7 +191,7 @@ class RunManager:
             mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
             for run_id in to_cancel:
                 await self.cancel(run_id, mode)
-            self._start(sub, run, None if active else rev, inline=inline)
+            self._start(sub, run, None if run.status == "queued" else rev, inline=inline)
         return run, True
 
     async def _submit_pg(self, sub: Submission, inline: bool = False) -> Run:
@@ -227,6 +241,28 @@ class RunManager:
             raise
         return run
 
+    @asynccontextmanager
+    async def writing_memory(self, session_pk: str, session_id: str) -> AsyncIterator[AsyncSession]:
+        """A transaction that may replace the session's memory (PUT, reset), admitted like a
+        run: under the session's admission lock (on PostgreSQL across replicas), and refused
+        with 409 ``session_busy`` while a run of the session is queued or running, so a turn
+        never loads, or appends to, a memory replaced under it."""
+        for attempt in (1, 2):
+            async with self.locks.admission(session_pk):
+                async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+                    await lock_for_transaction(db, session_pk)
+                    busy = await db.scalar(
+                        sa.select(Run.id)
+                        .where(Run.session_pk == session_pk, Run.status.in_(ACTIVE))
+                        .limit(1)
+                    )
+                    if busy is None:
+                        yield db
+                        return
+            # Busy with a run whose replica died? Close it (as recovery would), then retry.
+            if attempt == 2 or not await self.reap_session(session_pk):
+                raise SessionBusy(session_id)
+
     async def _by_key(self, db: AsyncSession, sub: Submission) -> Run | None:
         found: Run | None = await db.scalar(
             sa.select(Run).where(
@@ -259,6 +295,7 @@ class RunManager:
             created_at=now,
             started_at=now if running else None,
             finished_at=None,
+            seq_reserved=SEQ_BLOCK,  # PostgreSQL's admission leaves it to the column default
         )
 
     def _start(
@@ -273,7 +310,7 @@ class RunManager:
         the memory revision read at admission (None when the run is queued: it reads it, and
         the budget, when it starts); ``held``: the session's run lock, taken at admission
         (PostgreSQL)."""
-        channel = RunChannel(run.id, self.sessionmaker, self.flush_s, self.writes)
+        channel = RunChannel(run.id, self.sessionmaker, self.flush_s, self.writes, SEQ_BLOCK)
         job = Job(
             run=run,
             run_id=run.id,
@@ -390,25 +427,53 @@ class RunManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _cancel_orphan(self, run_id: str, mode: str) -> None:
-        # An active run no process of ours owns (left by a dead process): just close it.
+    async def _cancel_orphan(self, run_id: str, mode: str) -> bool:
+        """Close an active run no process of ours owns (left by a dead process); its events
+        are numbered after every id its owner may have sent (``Run.seq_reserved``), the ids
+        it may have sent and not stored named by a ``run.gap`` event. True if it closed it."""
         async with self.writes.hold(), self.sessionmaker() as db, db.begin():
-            run = await db.get(Run, run_id)
+            # Locked: a live owner cannot raise its reservation meanwhile (it requires the run
+            # active, and waits for this row, so sees it closed).
+            run = await db.get(Run, run_id, with_for_update=True)
             if run is None or run.status in TERMINAL:
-                return
+                return False
             run.status = "cancelled" if mode in ("cancelled", "rollback") else "interrupted"
             run.stop_reason, run.finished_at = mode, utcnow()
-            seq = await db.scalar(
-                sa.select(sa.func.max(RunEvent.seq)).where(RunEvent.run_id == run_id)
+            stored = (
+                await db.scalar(
+                    sa.select(sa.func.max(RunEvent.seq)).where(RunEvent.run_id == run_id)
+                )
+                or 0
             )
-            db.add(
-                RunEvent(
-                    run_id=run_id,
-                    seq=(seq or 0) + 1,
-                    type="run.cancelled",
-                    data={"run": run_public(run)},
+            seq = max(stored, run.seq_reserved)
+            gap = gap_event(stored, run.seq_reserved, mode)
+            events = [gap] if gap is not None else []
+            events.append(("run.cancelled", {"run": run_public(run)}))
+            for offset, (type_, data) in enumerate(events, 1):
+                db.add(RunEvent(run_id=run_id, seq=seq + offset, type=type_, data=data))
+            run.seq_reserved = seq + len(events)
+        return True
+
+    async def reap(self, run_id: str, session_pk: str) -> bool:
+        """Close ``run_id`` if it is ``running`` but nobody holds its session (the replica
+        that ran it died: a live run holds its session's run lock); True if it did. On
+        SQLite only one process runs a database's runs: nothing to do (see ``recover``)."""
+        if not self.locks.postgres or run_id in self.jobs:
+            return False
+        async with self.locks.try_hold(session_pk) as free:
+            return free and await self._cancel_orphan(run_id, "server_restart")
+
+    async def reap_session(self, session_pk: str) -> bool:
+        """``reap`` every running run of the session; True if one was closed."""
+        if not self.locks.postgres:
+            return False
+        async with self.sessionmaker() as db:
+            running = list(
+                await db.scalars(
+                    sa.select(Run.id).where(Run.session_pk == session_pk, Run.status == "running")
                 )
             )
+        return any([await self.reap(run_id, session_pk) for run_id in running])
 
     async def wait(self, run_id: str) -> None:
         """Until the run has a final status."""
@@ -426,8 +491,14 @@ class RunManager:
             async for event in channel.follow(after):
                 yield event
             return
+        polls = 0
         while True:
             async with self.sessionmaker() as db:
+                # The status first: a final status commits with the final events, so once it
+                # is read final the events read next include them.
+                found = (
+                    await db.execute(sa.select(Run.status, Run.session_pk).where(Run.id == run_id))
+                ).first()
                 rows = list(
                     await db.scalars(
                         sa.select(RunEvent)
@@ -435,15 +506,18 @@ class RunManager:
                         .order_by(RunEvent.seq)
                     )
                 )
-                status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
             for row in rows:
                 after = row.seq
                 yield Event(row.seq, row.type, row.data)
                 if row.type in TERMINAL_EVENTS:
                     return
-            if status is None or (status in TERMINAL and not rows):
+            if found is None or found[0] in TERMINAL:
                 return
-            await asyncio.sleep(0.2)
+            polls += 1
+            if found[0] == "running" and polls % REAP_EVERY == 0:
+                if await self.reap(run_id, found[1]):
+                    continue  # its final events are stored: read them now
+            await asyncio.sleep(FOLLOW_POLL_S)
 
     async def recover(self) -> int:
         """Mark runs left active by a dead process ``interrupted``; returns how many."""
@@ -451,10 +525,11 @@ class RunManager:
             stale = list(await db.scalars(sa.select(Run).where(Run.status.in_(ACTIVE))))
         count = 0
         for run in stale:
-            if run.id in self.jobs or await self.locks.held_elsewhere(run.session_pk):
+            if run.id in self.jobs:
                 continue
-            await self._cancel_orphan(run.id, "server_restart")
-            count += 1
+            async with self.locks.try_hold(run.session_pk) as free:
+                if free and await self._cancel_orphan(run.id, "server_restart"):
+                    count += 1
         return count
 
     async def aclose(self, grace_s: float = 0.0) -> None:

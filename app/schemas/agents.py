@@ -16,13 +16,13 @@ class GenParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=1)
-    max_new_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    repetition_penalty: float | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0, le=2, strict=True)
+    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
+    top_k: int | None = Field(default=None, ge=1, strict=True)
+    max_new_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
+    repetition_penalty: float | None = Field(default=None, gt=0, strict=True)
     stop_words: list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, strict=True)
 
     def to_kwargs(self) -> dict[str, Any]:
         """The set parameters only."""
@@ -55,6 +55,45 @@ class ToolRef(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+AgentName = Annotated[str, Name]
+# A participant's name inside a multi-agent spec: a memory key part, so no dots.
+MemberName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][\w\-]*$")]
+
+
+class DoneSpec(BaseModel):
+    """When a ``task`` is done (any rule that fires ends it with status DONE)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    contains: str | None = Field(default=None, min_length=1)  # a reply containing this text
+    if_response: list[str] = Field(default_factory=list)  # "llm", "agent", "user", sub-tasks
+    if_no_response: list[str] = Field(default_factory=list)
+    tool: bool = False  # the model may call ``done_tool`` (tool agents only)
+
+
+class RunBudgetSpec(BaseModel):
+    """A ``task``'s budget per run (tokens of every participant; cost at these prices)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12, strict=True)
+    max_cost: float | None = Field(default=None, gt=0, strict=True)
+    prompt_cost_per_1k: float = Field(default=0.0, ge=0, strict=True)
+    completion_cost_per_1k: float = Field(default=0.0, ge=0, strict=True)
+
+
+class SubTaskSpec(BaseModel):
+    """A sub-task of a ``task``: another agent (stored, by name, or inline) as a responder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: AgentSpec | AgentName
+    name: MemberName | None = None  # default: the stored agent's name (dots as _), or "sub<i>"
+    single_round: bool = True
+    max_turns: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    done: DoneSpec | None = None
+
+
 class AgentSpec(BaseModel):
     """What an agent is made of; every name is checked against the registry and the models."""
 
@@ -67,12 +106,53 @@ class AgentSpec(BaseModel):
     output_format: OutputFormat | None = None
     aggregator: Literal["default", "tool"] = "default"
     tools: list[ToolRef] = Field(default_factory=list)
-    max_turn: int = Field(default=5, ge=1, le=100)
-    sub_agents: dict[str, AgentSpec] = Field(default_factory=dict)
+    max_turn: int = Field(default=5, ge=1, le=100, strict=True)
+    # What a message to a busy session does when the request does not say (REST's
+    # multitask_strategy, the OpenAI front door's X-Multitask-Strategy); None: reject.
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = None
+    # Other agents: inline specs, or stored agents by name (pinned when a session starts).
+    sub_agents: dict[str, AgentSpec | AgentName] = Field(default_factory=dict)
     budget: BudgetSpec | None = None  # tokens per session (app.ops.budget)
+    # An agent on another server, over A2A (agents.remote.RemoteAgent): its base URL, and the
+    # name of the environment variable holding its API key (AGENTSTATION_REMOTE_KEY_*).
+    remote: str | None = Field(default=None, min_length=1, max_length=2048)
+    api_key_env: str | None = Field(default=None, min_length=1, max_length=128)
+    # kind "task" (agents.Task): its agent, sub-tasks and termination rules.
+    agent: AgentSpec | AgentName | None = None
+    sub_tasks: list[SubTaskSpec] | None = Field(default=None, max_length=32)
+    done: DoneSpec | None = None
+    max_turns: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    max_stalled_steps: int | None = Field(default=None, ge=1, le=100)  # None: 3
+    run_budget: RunBudgetSpec | None = None
+
+    def children(self, prefix: str = "spec") -> list[tuple[str, AgentSpec | str]]:
+        """The directly nested agents (inline specs or names), with their parameter paths."""
+        found: list[tuple[str, AgentSpec | str]] = [
+            (f"{prefix}.sub_agents.{key}", sub) for key, sub in self.sub_agents.items()
+        ]
+        if self.agent is not None:
+            found.append((f"{prefix}.agent", self.agent))
+        tasks = enumerate(self.sub_tasks or [])
+        found += [(f"{prefix}.sub_tasks[{i}].agent", t.agent) for i, t in tasks]
+        return found
+
+    def model_names(self) -> set[str]:
+        """The models this spec and its inline agents use."""
+        names = {self.model} if self.model is not None else set()
+        for _, child in self.children():
+            if isinstance(child, AgentSpec):
+                names |= child.model_names()
+        return names
+
+    def references(self) -> set[str]:
+        """Names of stored agents this spec (or an inline spec in it) refers to."""
+        names: set[str] = set()
+        for _, child in self.children():
+            names |= {child} if isinstance(child, str) else child.references()
+        return names
 
 
-AgentName = Annotated[str, Name]
+SubTaskSpec.model_rebuild()
 
 
 class AgentCreate(BaseModel):

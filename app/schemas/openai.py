@@ -62,19 +62,19 @@ class ChatCompletionRequest(_Open):
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    n: int | None = Field(default=None, ge=1, le=16)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2, strict=True)
+    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
+    n: int | None = Field(default=None, ge=1, le=16, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, strict=True)
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20, strict=True)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2, strict=True)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2, strict=True)
     tools: list[ToolDef] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None

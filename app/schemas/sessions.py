@@ -41,7 +41,7 @@ class RunCreate(BaseModel):
     """POST /v1/sessions/{id}/messages."""
 
     message: MessageIn | str
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
     on_disconnect: Literal["cancel", "continue"] = "cancel"
     gen_params: GenParams = Field(default_factory=GenParams)

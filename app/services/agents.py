@@ -14,6 +14,7 @@ from app.errors import BadRequest, Conflict, NotFound
 from app.runtime.registry import Registry
 from app.schemas.agents import AgentCreate, AgentPublic, AgentSpec, AgentUpdate
 from app.services.agent_directory import KIND as CACHE_KIND
+from app.services.agent_refs import check_refs
 from app.services.pages import check_limit, page
 
 
@@ -57,6 +58,7 @@ async def create_agent(
 ) -> Agent:
     """Validate the spec and store version 1."""
     registry.validate(body.spec, models)
+    await check_refs(db, tenant_id, body.name, body.spec)
     now = utcnow()
     agent = Agent(
         id=new_id("agent"),
@@ -93,6 +95,7 @@ async def update_agent(
     """Store a new version of the spec (version + 1)."""
     agent = await get_agent(db, tenant_id, name)
     registry.validate(body.spec, models)
+    await check_refs(db, tenant_id, name, body.spec)
     agent.version += 1
     agent.spec = _spec_json(body.spec)
     if "description" in body.model_fields_set:

@@ -17,6 +17,7 @@ from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
 from app.errors import BadRequest, NotFound, Unavailable
 from app.models.encoded import ChunkEncoder
+from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import RunBudget, budget_scope
 from app.ops.budget_store import preflight
 from app.runtime.messages import dump_message
@@ -26,6 +27,7 @@ from app.schemas.agents import AgentSpec, GenParams
 from app.schemas.openai import ChatCompletionRequest, ChatMessage
 from app.schemas.sessions import SessionCreate
 from app.services.agent_directory import AgentInfo
+from app.services.agent_refs import pinned_spec, resolve_refs
 from app.services.agents import agent_spec
 from app.services.sessions import create_session, get_session
 from app.state import AppState
@@ -77,13 +79,20 @@ def content_text(content: Any) -> str:
 
 
 class _Texts:
-    """Tracks the text already sent per message so only new characters go out."""
+    """Tracks the text already sent per message so only new characters go out.
 
-    def __init__(self) -> None:
+    ``hold``: an agent that may call tools (or other agents) does not know whether a model
+    turn is its answer until the turn ends, so only the answer (the END message) is sent:
+    streamed and whole responses then carry the same content, and a tool call never appears
+    as assistant text.
+    """
+
+    def __init__(self, hold: bool = False) -> None:
         self.sent = ""
+        self.hold = hold
 
     def piece(self, content: Any, state: int) -> str:
-        if state not in _TEXT_STATES:
+        if state not in _TEXT_STATES or (self.hold and state != _END):
             self.sent = ""
             return ""
         text = content_text(content)
@@ -116,11 +125,16 @@ async def stateless_pieces(
     final piece (a whole, non-streamed answer).
     """
     spec = agent_info.spec
-    check_ready(state, spec)
     history, text = split if split is not None else split_input(req.messages)
-    agent = state.stateless_agent(agent_info)
+    if spec.references() and tenant_id is not None:  # named participants: current versions
+        spec = await pinned_spec(state.engine, state.sessionmaker, tenant_id, spec, None)
+        check_ready(state, spec)
+        agent = state.build_agent(spec, agent_info.name)
+    else:
+        check_ready(state, spec)
+        agent = state.stateless_agent(agent_info)
     key = f"{_STATELESS_PREFIX}{next(_stateless_ids)}"
-    texts = _Texts()
+    texts = _Texts(hold=holds_turns(spec) or wants_json(req))
     answer = ""
     try:
         if isinstance(agent, BaseAgent):
@@ -153,10 +167,11 @@ async def stateless_pieces(
                 )
                 async for chunk in stream:
                     stream_state = int(chunk.stream_state)
-                    if deltas and (out := texts.piece(chunk.content, stream_state)):
-                        yield Piece(out)
                     if stream_state == _END:
                         answer = content_text(chunk.content)
+                        check_answer_format(req, answer)
+                    if deltas and (out := texts.piece(chunk.content, stream_state)):
+                        yield Piece(out)
             finally:
                 if tenant_id is not None:  # the tenant's budget counts stateless runs too
                     await state.tenant_usage.charge(
@@ -165,7 +180,87 @@ async def stateless_pieces(
     finally:
         if isinstance(agent, BaseAgent):
             agent.reset(key, recursive=True)  # nothing of this request stays in the agent
-    yield Piece(final=True, usage=usage, answer=answer)
+    yield Piece(final=True, usage=usage, answer=answer, finish_reason=_finish(usage.last_finish))
+
+
+def _finish(reason: str | None) -> str:
+    """OpenAI's finish_reason of an agent's answer: ``length`` when max tokens (or a budget)
+    cut it, else ``stop`` (an agent's tool calls are its own: the answer never ends in one)."""
+    return "length" if reason in ("length", BUDGET_STOP) else "stop"
+
+
+# Built-in kinds whose streams hold text that is not the answer (tool calls, other agents).
+_MULTI_TURN_KINDS = ("tool_agent", "task")
+
+
+def holds_turns(spec: AgentSpec) -> bool:
+    """Whether the agent may produce text that is not its answer (tool calls, other agents'
+    turns): then only the answer is sent, once its turn ends (see ``_Texts``). An operator's
+    kind without tools or sub-agents streams as a plain agent does."""
+    return bool(
+        spec.kind in _MULTI_TURN_KINDS
+        or spec.tools
+        or spec.sub_agents
+        or spec.remote is not None
+        or spec.agent is not None
+    )
+
+
+# Chat-completion fields an agent cannot honour: set to anything but their no-op value, they
+# are refused (400 unsupported_parameter naming the field) rather than silently dropped.
+_NO_OPS: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "parallel_tool_calls": (None, True, False),
+    "n": (None, 1),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+}
+
+
+def check_agent_params(req: ChatCompletionRequest) -> None:
+    """400 ``unsupported_parameter`` for a field an agent would ignore. ``response_format``
+    ``text`` is what an agent answers; ``json_object`` is honoured by checking the answer."""
+    for name, no_ops in _NO_OPS.items():
+        value = getattr(req, name)
+        if not any(value == ok and type(value) is type(ok) for ok in no_ops):
+            raise BadRequest(
+                f"{name} is not supported when the model is an agent (the agent's own tools "
+                "and settings apply); leave it out",
+                param=name,
+                code="unsupported_parameter",
+            )
+    fmt = req.response_format
+    if fmt is not None and fmt.type == "json_schema":
+        raise BadRequest(
+            "response_format json_schema is not supported when the model is an agent; "
+            "use json_object or text",
+            param="response_format",
+            code="unsupported_parameter",
+        )
+
+
+def wants_json(req: ChatCompletionRequest) -> bool:
+    """``response_format: json_object``: the answer is checked before any of it is sent."""
+    return req.response_format is not None and req.response_format.type == "json_object"
+
+
+def check_answer_format(req: ChatCompletionRequest, answer: str) -> None:
+    """``response_format: json_object``: the agent's answer must be a JSON object."""
+    fmt = req.response_format
+    if fmt is None or fmt.type != "json_object":
+        return
+    try:
+        if isinstance(json.loads(answer), dict):
+            return
+    except ValueError:
+        pass
+    raise Unavailable(
+        "response_format json_object: the agent's answer is not a JSON object",
+        code="invalid_agent_output",
+    )
 
 
 async def preflight_tenant(state: AppState, tenant_id: str) -> tuple[int | None, int]:
@@ -177,9 +272,15 @@ async def preflight_tenant(state: AppState, tenant_id: str) -> tuple[int | None,
 
 
 async def session_submission(
-    state: AppState, tenant_id: str, agent: AgentInfo, session_id: str, req: ChatCompletionRequest
+    state: AppState,
+    tenant_id: str,
+    agent: AgentInfo,
+    session_id: str,
+    req: ChatCompletionRequest,
+    strategy: str | None = None,
 ) -> Submission:
-    """A run on the persistent session ``session_id`` (created on first use)."""
+    """A run on the persistent session ``session_id`` (created on first use); a busy session
+    follows ``strategy`` (the request's header), else the agent's, else ``reject``."""
     _, text = split_input(req.messages)
     async with state.sessionmaker() as db, db.begin():
         try:
@@ -194,6 +295,7 @@ async def session_submission(
             )
         spec = await agent_spec(db, agent.id, row.agent_version)
         await preflight(db, tenant_id, row.pk, spec.budget)  # 429 budget_exceeded when spent
+        spec = await resolve_refs(db, tenant_id, spec, row.created_at)
     check_ready(state, spec)
     return Submission(
         tenant_id=tenant_id,
@@ -201,25 +303,35 @@ async def session_submission(
         agent_name=agent.name,
         spec=spec,
         message={"sender": "user", "content": text},
-        strategy="enqueue",
+        strategy=strategy or spec.multitask_strategy or "reject",
         gen_params=GenParams.model_validate(req.gen_params()).to_kwargs(),
         options={"stream": req.stream, "on_disconnect": "continue", "source": "openai"},
     )
 
 
-async def run_pieces(state: AppState, run_id: str) -> AsyncIterator[Piece]:
-    """A session run's text deltas from its event log, then its end."""
+async def run_pieces(
+    state: AppState, run_id: str, hold: bool = False, req: ChatCompletionRequest | None = None
+) -> AsyncIterator[Piece]:
+    """A session run's text deltas from its event log, then its end (``hold``: the answer
+    only, when the run ends; see ``_Texts``)."""
     async for event in state.run_manager.follow(run_id, 0):
         if event.type == "message.delta":
-            if event.data.get("stream_state") in _TEXT_STATES and isinstance(
-                event.data["delta"], str
+            if (
+                not hold
+                and event.data.get("stream_state") in _TEXT_STATES
+                and isinstance(event.data["delta"], str)
             ):
                 yield Piece(event.data["delta"])
         elif event.type == "run.completed":
             run = event.data["run"]
             usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
             answer = content_text((run.get("output") or {}).get("content", ""))
-            yield Piece(final=True, usage=usage, answer=answer)
+            if req is not None:
+                check_answer_format(req, answer)
+            if hold and answer:
+                yield Piece(answer)
+            finish = _finish(run.get("stop_reason"))
+            yield Piece(final=True, usage=usage, answer=answer, finish_reason=finish)
         elif event.type in ("run.failed", "run.cancelled", "error"):
             run = event.data.get("run") or {}
             error = event.data.get("error") or run.get("error") or {}
@@ -230,10 +342,13 @@ async def run_pieces(state: AppState, run_id: str) -> AsyncIterator[Piece]:
 
 
 def check_ready(state: AppState, spec: AgentSpec) -> None:
-    """503 unless the spec's model is loaded."""
-    handle = state.models.get(spec.model or "")
-    if handle is None or not handle.ready:
-        raise Unavailable(f"model {spec.model!r} is not ready", code="model_not_ready")
+    """503 unless the spec's models (its participants' too) are loaded."""
+    named = spec.references()  # their models are checked once they are resolved
+    models: list[str | None] = [*sorted(spec.model_names())] or ([] if named else [None])
+    for model in models:
+        handle = state.models.get(model or "")
+        if handle is None or not handle.ready:
+            raise Unavailable(f"model {model!r} is not ready", code="model_not_ready")
 
 
 def completion_id() -> str:

@@ -20,6 +20,7 @@ from app.runtime.reads import reading
 from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec
 from app.schemas.sessions import RunCreate
+from app.services.agent_refs import pinned_spec
 from app.services.pages import check_limit, page
 from app.services.sessions import get_session
 from app.state import AppState
@@ -98,10 +99,12 @@ async def prepare_submission(
                     tenant_used += state.tenant_usage.pending.get(tenant_id, 0)
                 figures = await session_figures(db, row.pk, spec.budget, tenant_limit, tenant_used)
         figures.preflight()  # 429 budget_exceeded when spent
-        if spec.model is not None:
-            handle = state.models.get(spec.model)
+        # Stored agents it names: their versions when the session started.
+        spec = await pinned_spec(state.engine, state.sessionmaker, tenant_id, spec, row.created_at)
+        for model in sorted(spec.model_names()):
+            handle = state.models.get(model)
             if handle is None or not handle.ready:
-                raise Unavailable(f"model {spec.model!r} is not ready", code="model_not_ready")
+                raise Unavailable(f"model {model!r} is not ready", code="model_not_ready")
     except AppError:  # refused after its statements answered: the connection is fine
         if conn is not None:
             await conn.close()
@@ -117,7 +120,11 @@ async def prepare_submission(
         agent_name=agent_name,
         spec=spec,
         message=message,
-        strategy=body.multitask_strategy,
+        strategy=(
+            body.multitask_strategy
+            if "multitask_strategy" in body.model_fields_set
+            else spec.multitask_strategy or "reject"
+        ),
         gen_params=body.gen_params.to_kwargs(),
         options={
             "stream": body.stream,

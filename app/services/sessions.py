@@ -16,8 +16,9 @@ from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message, load_message
-from app.runtime.runner import SESSIONS, bump_memory_rev, load_state, memory_rev_bump
+from app.runtime.runner import SESSIONS, load_state, memory_rev_bump
 from app.schemas.sessions import SessionCreate, SessionPublic
+from app.services.agent_refs import resolve_refs
 from app.services.agents import agent_spec, get_agent
 from app.services.pages import check_limit, page
 from app.state import AppState
@@ -126,6 +127,7 @@ async def get_memory(
 async def memory_keys(db: AsyncSession, state: AppState, row: SessionRow, agent: Agent) -> set[str]:
     """The state_dict keys of the session's agent (``memory``, ``writer.memory``, …)."""
     spec = await agent_spec(db, agent.id, row.agent_version)
+    spec = await resolve_refs(db, row.tenant_id, spec, row.created_at)
     return set(state.build_agent(spec, agent.name).state_dict("keys"))
 
 
@@ -160,10 +162,9 @@ async def replace_memory(
         for key, items in cleaned.items()
         for i, data in enumerate(items)
     )
-    row.updated_at = utcnow()
     await db.flush()
     # In-process copies of the old memory go stale.
-    rev = await db.scalar(memory_rev_bump(row.pk).returning(SESSIONS.c.memory_rev))
+    rev = await db.scalar(_touched(row).returning(SESSIONS.c.memory_rev))
     for key in keys or ():
         cleaned.setdefault(key, [])
     if cache is not None and keys is not None and rev is not None:
@@ -184,6 +185,11 @@ def _as_message(item: Any) -> Any:
 async def reset_memory(db: AsyncSession, row: SessionRow) -> None:
     """Forget everything the session remembers."""
     await db.execute(sa.delete(Message).where(Message.session_pk == row.pk))
+    await db.execute(_touched(row))  # in-process copies of the old memory go stale
+
+
+def _touched(row: SessionRow) -> sa.Update:
+    """The memory revision bumped and ``updated_at`` set (``row`` too: it may be detached,
+    read in another transaction than the write's, see ``RunManager.writing_memory``)."""
     row.updated_at = utcnow()
-    await db.flush()
-    await bump_memory_rev(db, row.pk)  # in-process copies of the old memory go stale
+    return memory_rev_bump(row.pk).values(updated_at=row.updated_at)

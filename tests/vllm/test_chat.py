@@ -172,6 +172,14 @@ async def test_bad_requests_are_400_naming_the_problem(vllm_handle: VllmHandle) 
     with pytest.raises(EngineError) as err:
         await vllm_handle.raw.complete(request(max_tokens=10**6))
     assert err.value.status == 400 and err.value.code == "context_length_exceeded"
+    assert err.value.param == "messages"
+    # A prompt over the context alone (vLLM's renderer refuses it first): the same code and
+    # param, which LangChain reads as ContextOverflowError.
+    long_prompt = [{"role": "user", "content": "word " * 5000}]
+    with pytest.raises(EngineError) as err:
+        await vllm_handle.raw.complete({**request(), "messages": long_prompt})
+    assert err.value.status == 400 and err.value.code == "context_length_exceeded", err.value
+    assert err.value.param == "messages" and "context length" in err.value.message
     bad_choice = {"type": "function", "function": {"name": "nope"}}
     with pytest.raises(EngineError) as err:
         await vllm_handle.raw.complete(request(tools=[WEATHER], tool_choice=bad_choice))

@@ -1,0 +1,106 @@
+"""What a ``Task`` run reports: status codes, responder names, budgets, the result."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from agents.llms.base import Usage
+from agents.schema import AgentMessage
+
+
+class StatusCode(StrEnum):
+    """Why a task run ended (langroid's names)."""
+
+    DONE = "DONE"  # a done rule fired (done tool, done_if_*, the done predicate, single round)
+    MAX_TURNS = "MAX_TURNS"  # ``turns`` / ``max_turns`` steps were taken
+    STALLED = "STALLED"  # ``max_stalled_steps`` steps in a row had no response
+    INF_LOOP = "INF_LOOP"  # the same cycle of messages kept repeating
+    BUDGET = "BUDGET"  # the token or cost budget was spent
+    KILL = "KILL"  # ``task.kill()`` was called
+    USER_QUIT = "USER_QUIT"  # the human responder typed q / quit / x / exit
+    ERROR = "ERROR"  # the run raised (``run_batch`` reports it per item)
+
+
+class Entity:
+    """Responder names for ``done_if_response`` / ``done_if_no_response`` (and sub-task names)."""
+
+    LLM = "llm"  # the agent's model (or, for an agent without tools, the agent itself)
+    AGENT = "agent"  # the agent's tools: they answer the model's tool calls
+    USER = "user"  # the human responder
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Token and cost limits of one task run (sub-tasks' usage counts in their parents')."""
+
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    prompt_cost_per_1k: float = 0.0
+    completion_cost_per_1k: float = 0.0
+
+    def cost(self, usage: Usage) -> float:
+        """The cost of ``usage`` at this budget's prices."""
+        return (
+            usage.prompt_tokens * self.prompt_cost_per_1k
+            + usage.completion_tokens * self.completion_cost_per_1k
+        ) / 1000
+
+    def exceeded(self, usage: Usage) -> bool:
+        """Whether ``usage`` is past a limit."""
+        if self.max_tokens is not None and usage.total_tokens > self.max_tokens:
+            return True
+        return self.max_cost is not None and self.cost(usage) > self.max_cost
+
+
+@dataclass
+class TaskResult:
+    """The outcome of ``Task.run``: why it ended, the final content, every message."""
+
+    status: StatusCode
+    content: Any = None
+    message: AgentMessage | None = None
+    messages: list[AgentMessage] = field(default_factory=list)
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the task ended by a done rule."""
+        return self.status == StatusCode.DONE
+
+
+def repeating_cycle(history: Sequence[Hashable], repeats: int, max_len: int) -> int:
+    """The length of a cycle that fills the last ``len * repeats`` items of ``history`` (0: none).
+
+    ``a b a b a b`` has a cycle of length 2 repeated 3 times; ``a a a`` one of length 1.
+    """
+    for length in range(1, max_len + 1):
+        span = length * repeats
+        if len(history) < span:
+            break
+        tail = list(history[-span:])
+        cycle = tail[:length]
+        if all(tail[i] == cycle[i % length] for i in range(span)):
+            return length
+    return 0
+
+
+def result_info(
+    task: str, status: StatusCode, turns: int, usage: Usage, cost: float
+) -> dict[str, Any]:
+    """The ``extra_info`` of a run's last message (JSON-ready)."""
+    return {
+        "task": task,
+        "status": status.value,
+        "turns": turns,
+        "usage": usage.to_dict(),
+        "cost": round(cost, 6),
+    }
+
+
+__all__ = ["Budget", "Entity", "StatusCode", "TaskResult", "repeating_cycle", "result_info"]

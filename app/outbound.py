@@ -1,0 +1,86 @@
+"""Which outbound URLs agent specs may name (remote A2A agents, MCP servers): no SSRF by default.
+
+``AGENTSTATION_OUTBOUND_ALLOW`` lists what is allowed beyond the public internet: host names,
+``host:port`` pairs or CIDR ranges (``127.0.0.1:9000,10.0.0.0/8,mcp.internal``). Without an
+entry, a URL is allowed only when every address its host resolves to is a public (global) one:
+loopback, private, link-local (cloud metadata) and other reserved ranges are refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class OutboundRefused(ValueError):
+    """The URL may not be reached from this service."""
+
+
+@dataclass(frozen=True)
+class OutboundPolicy:
+    """The allowlist, parsed once."""
+
+    names: frozenset[str] = frozenset()  # "host" or "host:port", lower case
+    networks: tuple[Network, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> OutboundPolicy:
+        """From the setting's entries."""
+        names: set[str] = set()
+        networks: list[Network] = []
+        for entry in (e.strip().lower() for e in entries):
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                names.add(entry)
+        return cls(frozenset(names), tuple(networks))
+
+    def check_syntax(self, url: str) -> tuple[str, int]:
+        """The URL's host and port; refused unless http(s) with a host and no credentials."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise OutboundRefused(f"{url!r} is not an http(s) URL with a host")
+        if parts.username or parts.password:
+            raise OutboundRefused("credentials in the URL are not accepted; use api_key_env")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise OutboundRefused(f"{url!r}: {exc}") from None
+        return parts.hostname.lower(), port
+
+    def listed(self, host: str, port: int) -> bool:
+        """Named in the allowlist (by host, host:port, or an address in a listed range)."""
+        if host in self.names or f"{host}:{port}" in self.names:
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in net for net in self.networks)
+
+    def check(self, url: str) -> None:
+        """Refuse ``url`` unless listed or public (resolves the host: call off the event loop)."""
+        host, port = self.check_syntax(url)
+        if self.listed(host, port):
+            return
+        try:
+            infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+        except OSError as exc:
+            raise OutboundRefused(f"{host!r} does not resolve: {exc}") from None
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if any(address in net for net in self.networks):
+                continue
+            if not address.is_global:
+                raise OutboundRefused(
+                    f"{host!r} is a non-public address ({address}); "
+                    "add it to AGENTSTATION_OUTBOUND_ALLOW to allow it"
+                )
