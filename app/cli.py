@@ -69,6 +69,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.main import create_app
+    from app.ops.keepalive import KeepAliveHttpProtocol
 
     settings = Settings()
     updates = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -86,6 +87,8 @@ def serve(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         proxy_headers=True,
+        http=KeepAliveHttpProtocol,
+        timeout_keep_alive=settings.keep_alive_s,
         # On SIGTERM: stop accepting, give open requests this long, then the lifespan gives
         # detached runs the same again before interrupting what is left.
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) or None,

@@ -27,6 +27,10 @@ class OpsSettings(BaseSettings):
     # On shutdown, running runs get this long to finish before they are interrupted
     # (0: interrupt at once; the images set 20).
     shutdown_grace_s: float = Field(default=0.0, ge=0)
+    # Idle HTTP keep-alive connections are closed after this long. It must outlast the idle
+    # expiry of every client and proxy in front (httpx 5 s, aiohttp 15 s, nginx/ALB 60 s), or a
+    # request sent as the server closes gets no response (app/ops/keepalive.py).
+    keep_alive_s: int = Field(default=75, ge=1)
 
     @field_validator("rate_limit")
     @classmethod
