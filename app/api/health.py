@@ -20,7 +20,10 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    responses={503: {"description": "Not ready: the same checks, `status: not_ready`"}},
+)
 async def readyz(state: StateDep) -> JSONResponse:
     """Database reachable, models loaded, sandbox level; 503 until all are fine."""
     checks: dict[str, Any] = {"version": VERSION}

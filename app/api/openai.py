@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.deps import (
 from app.engines.base import EngineError
 from app.errors import AppError, BadRequest, NotFound, Unavailable, upstream_unavailable
 from app.models.encoded import EncodedJSON, dumps, encoded
+from app.schemas.common import NAME_PATTERN
 from app.schemas.openai import ChatCompletionRequest, inline_json_schema
 from app.services import chat
 from app.services.agent_directory import AgentInfo
@@ -73,14 +75,17 @@ async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[s
 
 SESSION_ID_HEADER = "X-Session-Id"
 SESSION_ID_MAX_LENGTH = 128
+_SESSION_ID = re.compile(NAME_PATTERN)
 # What the endpoint reads itself, documented as FastAPI documents a ``Header()`` and a body.
 _CHAT_PARAMETERS: list[dict[str, Any]] = [
     {
         "name": SESSION_ID_HEADER,
         "in": "header",
         "required": False,
-        "schema": {
-            "anyOf": [{"type": "string", "maxLength": SESSION_ID_MAX_LENGTH}, {"type": "null"}],
+        "schema": {  # a session id, as session_id_header checks it; empty: none
+            "type": "string",
+            "maxLength": SESSION_ID_MAX_LENGTH,
+            "pattern": f"^({NAME_PATTERN.removeprefix('^').removesuffix('$')})?$",
             "title": SESSION_ID_HEADER,
         },
     },
@@ -93,11 +98,18 @@ _CHAT_BODY: dict[str, Any] = {
 
 
 def session_id_header(request: Request) -> str | None:
-    """``X-Session-Id`` (400 over 128 characters, as a ``Header(max_length=128)`` would)."""
+    """``X-Session-Id`` (400 over 128 characters, as a ``Header(max_length=128)`` would, or
+    not a session id: letters, digits, ``._-``)."""
     value = request.headers.get(SESSION_ID_HEADER)
     if value is not None and len(value) > SESSION_ID_MAX_LENGTH:
         raise BadRequest(
             f"{SESSION_ID_HEADER}: String should have at most {SESSION_ID_MAX_LENGTH} characters",
+            param=SESSION_ID_HEADER,
+            code="invalid_value",
+        )
+    if value and not _SESSION_ID.match(value):
+        raise BadRequest(
+            f"{SESSION_ID_HEADER}: String should match pattern '{NAME_PATTERN}'",
             param=SESSION_ID_HEADER,
             code="invalid_value",
         )

@@ -94,10 +94,6 @@ class Registry:
                 param=f"{prefix}.kind",
                 code="unknown_kind",
             )
-        if spec.model is None:
-            raise ValidationFailed(
-                "a model is required", param=f"{prefix}.model", code="missing_field"
-            )
         if spec.model not in models:
             raise ValidationFailed(
                 f"unknown model {spec.model!r}; configured: {sorted(models)}",
