@@ -8,7 +8,9 @@ post-processes the generated document once (then FastAPI caches it):
   ``HTTPValidationError``, which the service never sends;
 - ``/v1`` operations declare the bearer key as a security scheme, not as an ``authorization``
   header parameter (OpenAPI ignores header parameters of that name);
-- a body an endpoint validates itself is described as it is validated (``BODIES``).
+- a body an endpoint validates itself is described as it is validated (``BODIES``);
+- path parameters have the format of the ids they name (``PATH_PARAMETERS``; one that does not
+  match names nothing: 404).
 
 The error table of docs/api.md lists the same codes; tests/contract checks both against a live
 server with schemathesis.
@@ -23,6 +25,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from app.errors import ErrorEnvelope
+from app.schemas.common import NAME_MAX_LENGTH, NAME_PATTERN
 from app.schemas.sessions import MemoryState
 
 Codes = Mapping[int, tuple[str, ...]]
@@ -106,6 +109,14 @@ EXTRA: dict[str, Codes] = {
     "GET /v1/sessions/{session_id}/runs": _PAGED,
     "POST /v1/sessions/{session_id}/messages": _TURN,
 }
+_NAME = {"type": "string", "minLength": 1, "maxLength": NAME_MAX_LENGTH, "pattern": NAME_PATTERN}
+PATH_PARAMETERS: dict[str, dict[str, Any]] = {
+    "name": _NAME,  # an agent's name
+    "session_id": _NAME,
+    "run_id": {"type": "string", "pattern": "^run_[0-9a-f]{32}$"},  # app.db.base.new_id
+    "model_id": {"type": "string", "minLength": 1},  # an agent's or a configured model's name
+}
+
 # Bodies the service validates itself, beyond what the route declares.
 BODIES: dict[str, Any] = {"PUT /v1/sessions/{session_id}/memory": MemoryState}
 
@@ -156,6 +167,12 @@ def _security(operation: dict[str, Any], anonymous: bool) -> None:
     operation["security"] = [{SECURITY_SCHEME: []}, *([{}] if anonymous else [])]
 
 
+def _path_parameters(operation: dict[str, Any]) -> None:
+    for param in operation.get("parameters", []):
+        if param.get("in") == "path" and param["name"] in PATH_PARAMETERS:
+            param["schema"] = {**PATH_PARAMETERS[param["name"]], "title": param["schema"]["title"]}
+
+
 def _body(operation: dict[str, Any], kind: Any, schemas: dict[str, Any]) -> None:
     schema = TypeAdapter(kind).json_schema(ref_template="#/components/schemas/{model}")
     schemas.update(schema.pop("$defs", {}))
@@ -183,6 +200,7 @@ def truthful(document: dict[str, Any], anonymous: bool = False) -> dict[str, Any
             label = f"{method.upper()} {path}"
             if path.startswith("/v1/"):
                 _security(operation, anonymous)
+            _path_parameters(operation)
             if label in BODIES:
                 _body(operation, BODIES[label], schemas)
             responses = operation.setdefault("responses", {})
