@@ -9,14 +9,32 @@ from typing import Any
 import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 
 from agents.llms.openai_client import APIConnectionError
 from app.engines.base import EngineError
 from app.ops.logging import get_request_id
 
 log = logging.getLogger(__name__)
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable ``code``, a short message and the field to blame, if any."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str
+
+
+class ErrorEnvelope(BaseModel):
+    """The OpenAI error envelope: the body of every error response (the OpenAPI document's
+    ``ErrorEnvelope`` component)."""
+
+    error: ErrorDetail
 
 
 class AppError(Exception):
@@ -270,6 +288,17 @@ def error_response(error: AppError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
+def allowed_methods(request: Request) -> str:
+    """Every method of the request's path, for a 405's ``Allow`` (Starlette's names only the
+    first route of the path that matched: ``OPTIONS /v1/agents`` said ``POST``, not ``GET``)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:  # PARTIAL: the path matches, the method does not
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the one renderer for every error the app can raise."""
 
@@ -284,7 +313,7 @@ def install_error_handlers(app: FastAPI) -> None:
             err.status = 400  # what OpenAI answers (the SDK raises BadRequestError)
         return error_response(err)
 
-    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         cls: type[AppError] = {401: Unauthorized, 404: NotFound, 413: PayloadTooLarge}.get(
             exc.status_code, BadRequest
@@ -293,6 +322,7 @@ def install_error_handlers(app: FastAPI) -> None:
         err.status = exc.status_code
         if exc.status_code == 405:
             err.code = "method_not_allowed"
+            err.headers["Allow"] = allowed_methods(request)
         return error_response(err)
 
     async def engine_error(_: Request, exc: Exception) -> JSONResponse:

@@ -20,6 +20,7 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.errors import install_error_handlers
 from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
+from app.openapi import install as install_openapi
 from app.ops.tenant_usage import TenantUsage
 from app.outbound import OutboundPolicy
 from app.runtime.registry import default_registry
@@ -145,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.startup_hooks = []
     install_error_handlers(app)
+    install_openapi(app, anonymous=allow_anonymous(settings))
     # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
     for router in (openai.router, agents.router, sessions.router, runs.router, health.router):
         app.include_router(router)

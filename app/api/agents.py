@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from app.api.pages import After, Limit
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
 from app.schemas.agents import AgentCreate, AgentList, AgentPublic, AgentUpdate
 from app.services import agents as service
@@ -24,7 +25,7 @@ async def create_agent(
 
 @router.get("")
 async def list_agents(
-    db: DbDep, who: PrincipalDep, limit: int = 20, after: str | None = None
+    db: DbDep, who: PrincipalDep, limit: Limit = 20, after: After = None
 ) -> AgentList:
     """The tenant's agents, newest first."""
     rows, more = await service.list_agents(db, who.tenant_id, limit, after)

@@ -23,7 +23,10 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    responses={503: {"description": "Not ready: the same checks, `status: not_ready`"}},
+)
 async def readyz(state: StateDep) -> JSONResponse:
     """Ready only when every part is: the database answers, every model is loaded, and (when
     the sandbox is enabled) its self-test reached at least the minimum level. 503 until then,

@@ -26,6 +26,7 @@ from app.deps import (
 from app.engines.base import EngineError
 from app.errors import AppError, BadRequest, NotFound, Unavailable, public_error
 from app.models.encoded import EncodedJSON, dumps, encoded
+from app.schemas.common import NAME_PATTERN
 from app.schemas.openai import ChatCompletionRequest, inline_json_schema
 from app.services import chat, raw_usage
 from app.services.agent_directory import AgentInfo
@@ -76,15 +77,17 @@ SESSION_ID_HEADER = "X-Session-Id"
 SESSION_ID_MAX_LENGTH = 128
 STRATEGY_HEADER = "X-Multitask-Strategy"
 STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
-SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*")  # as Name (schemas.common)
+SESSION_ID_PATTERN = re.compile(NAME_PATTERN)  # as Name (schemas.common)
 # What the endpoint reads itself, documented as FastAPI documents a ``Header()`` and a body.
 _CHAT_PARAMETERS: list[dict[str, Any]] = [
     {
         "name": SESSION_ID_HEADER,
         "in": "header",
         "required": False,
-        "schema": {
-            "anyOf": [{"type": "string", "maxLength": SESSION_ID_MAX_LENGTH}, {"type": "null"}],
+        "schema": {  # a session id, as session_id_header checks it; empty: none
+            "type": "string",
+            "maxLength": SESSION_ID_MAX_LENGTH,
+            "pattern": f"^({NAME_PATTERN.removeprefix('^').removesuffix('$')})?$",
             "title": SESSION_ID_HEADER,
         },
     },

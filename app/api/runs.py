@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Query
 
-from app.api.sse import SSE_RESPONSES, parse_after, run_event_response
+from app.api.sse import MAX_SEQ, SSE_RESPONSES, parse_after, run_event_response
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
 from app.runtime.runs import run_public
 from app.schemas.sessions import RunPublic
@@ -39,10 +39,10 @@ async def run_events(
     runs: RunsDep,
     state: StateDep,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-    after: str | None = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
 ) -> Any:
     """The run's events as SSE: stored ones after Last-Event-ID (or ?after=), then live ones."""
     async with state.sessionmaker() as db:
         await service.get_run(db, who.tenant_id, run_id)
-    start = parse_after(last_event_id, int(after) if after and after.isdigit() else None)
+    start = parse_after(last_event_id, after)
     return run_event_response(runs, run_id, start, state.settings)

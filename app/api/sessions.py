@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from app.api.pages import After, Limit
 from app.api.sse import SSE_RESPONSES, run_event_response
 from app.deps import (
     AUTHORIZATION_PARAMETER,
@@ -53,9 +54,9 @@ async def create_session(body: SessionCreate, db: DbDep, who: PrincipalDep) -> S
 async def list_sessions(
     db: DbDep,
     who: PrincipalDep,
-    agent: str | None = None,
-    limit: int = 20,
-    after: str | None = None,
+    agent: Annotated[str | None, Query(min_length=1)] = None,
+    limit: Limit = 20,
+    after: After = None,
 ) -> SessionList:
     """The tenant's sessions, newest first."""
     rows, more = await service.list_sessions(db, who.tenant_id, agent, limit, after)
@@ -129,7 +130,7 @@ async def reset_session(session_id: str, who: PrincipalDep, state: StateDep) -> 
 
 @router.get("/{session_id}/runs")
 async def list_runs(
-    session_id: str, db: DbDep, who: PrincipalDep, limit: int = 20, after: str | None = None
+    session_id: str, db: DbDep, who: PrincipalDep, limit: Limit = 20, after: After = None
 ) -> RunList:
     """The session's runs, newest first."""
     rows, more = await run_service.list_runs(db, who.tenant_id, session_id, limit, after)

@@ -30,13 +30,17 @@ SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+# Event seqs are 32-bit integers in the database: a larger one names no event yet.
+MAX_SEQ = 2**31 - 1
+
+
 def parse_after(last_event_id: str | None, after: int | None) -> int:
     """The seq to resume after: ``Last-Event-ID`` wins over ``?after=``; junk means 0."""
     for value in (last_event_id, after):
         if value is None:
             continue
         try:
-            return max(int(value), 0)
+            return min(max(int(value), 0), MAX_SEQ)
         except ValueError:
             continue
     return 0

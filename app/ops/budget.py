@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
+from app.schemas.common import Int
 
 STOP_REASON = "budget_exceeded"
 ERROR_CODE = "budget_exceeded"
@@ -47,9 +48,9 @@ class BudgetExceeded(Exception):
 class BudgetSpec(BaseModel):
     """An agent spec's ``budget``: total tokens each session of the agent may use."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    max_total_tokens: int = Field(ge=1, le=10**12, strict=True)
+    max_total_tokens: Int = Field(ge=1, le=10**12)
 
 
 def session_token_budget(spec: Mapping[str, Any]) -> int | None:

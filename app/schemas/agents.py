@@ -8,21 +8,21 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.ops.budget import BudgetSpec
-from app.schemas.common import Name, Page
+from app.schemas.common import WHOLE, Int, Name, Page
 
 
 class GenParams(BaseModel):
     """Generation parameters an agent's LLM is called with."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    temperature: float | None = Field(default=None, ge=0, le=2, strict=True)
-    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
-    top_k: int | None = Field(default=None, ge=1, strict=True)
-    max_new_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
-    repetition_penalty: float | None = Field(default=None, gt=0, strict=True)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: Annotated[int, Field(ge=1), WHOLE] | None = None
+    max_new_tokens: Annotated[int, Field(ge=1, le=1_000_000), WHOLE] | None = None
+    repetition_penalty: float | None = Field(default=None, gt=0)
     stop_words: list[str] | None = None
-    seed: int | None = Field(default=None, strict=True)
+    seed: Int | None = None
 
     def to_kwargs(self) -> dict[str, Any]:
         """The set parameters only."""
@@ -36,7 +36,7 @@ class OutputFormat(BaseModel):
     (tools through its chat template, calls read by its tool-call parser; ``tool_choice``).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["tool", "json", "str", "native"] = "tool"
     tool_type: str = "code interpreter"
@@ -49,7 +49,7 @@ class OutputFormat(BaseModel):
 class ToolRef(BaseModel):
     """A registered tool and its configuration."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(min_length=1)
     config: dict[str, Any] = Field(default_factory=dict)
@@ -90,23 +90,23 @@ class SubTaskSpec(BaseModel):
     agent: AgentSpec | AgentName
     name: MemberName | None = None  # default: the stored agent's name (dots as _), or "sub<i>"
     single_round: bool = True
-    max_turns: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    max_turns: Int | None = Field(default=None, ge=1, le=1000)
     done: DoneSpec | None = None
 
 
 class AgentSpec(BaseModel):
     """What an agent is made of; every name is checked against the registry and the models."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: str = "agent"
-    model: str | None = None
+    model: str | None = None  # a configured model (remote and task kinds need none)
     system_prompt: str | None = None
     gen_params: GenParams = Field(default_factory=GenParams)
     output_format: OutputFormat | None = None
     aggregator: Literal["default", "tool"] = "default"
     tools: list[ToolRef] = Field(default_factory=list)
-    max_turn: int = Field(default=5, ge=1, le=100, strict=True)
+    max_turn: Int = Field(default=5, ge=1, le=100)
     # What a message to a busy session does when the request does not say (REST's
     # multitask_strategy, the OpenAI front door's X-Multitask-Strategy); None: reject.
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = None
@@ -121,7 +121,7 @@ class AgentSpec(BaseModel):
     agent: AgentSpec | AgentName | None = None
     sub_tasks: list[SubTaskSpec] | None = Field(default=None, max_length=32)
     done: DoneSpec | None = None
-    max_turns: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    max_turns: Int | None = Field(default=None, ge=1, le=1000)
     max_stalled_steps: int | None = Field(default=None, ge=1, le=100)  # None: 3
     run_budget: RunBudgetSpec | None = None
 
@@ -158,6 +158,8 @@ SubTaskSpec.model_rebuild()
 class AgentCreate(BaseModel):
     """POST /v1/agents."""
 
+    model_config = ConfigDict(strict=True)
+
     name: AgentName
     description: str | None = Field(default=None, max_length=10_000)
     spec: AgentSpec
@@ -165,6 +167,8 @@ class AgentCreate(BaseModel):
 
 class AgentUpdate(BaseModel):
     """PUT /v1/agents/{name}."""
+
+    model_config = ConfigDict(strict=True)
 
     description: str | None = Field(default=None, max_length=10_000)
     spec: AgentSpec

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 T = TypeVar("T")
 
-Name = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+
+def _whole(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# Request models are strict (JSON true is not 1, "2" is not 2: the types the OpenAPI document
+# states); an integer field still takes 4.0, which JSON Schema counts as an integer. Bounds of
+# an optional one go before WHOLE, ``Annotated[int, Field(ge=1), WHOLE] | None`` (after it,
+# pydantic's JSON Schema spells them ``ge`` instead of ``minimum``).
+WHOLE = BeforeValidator(_whole)
+Int = Annotated[int, WHOLE]
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]*$"
+NAME_MAX_LENGTH = 128
+Name = Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN)
 
 
 class Page(BaseModel, Generic[T]):
@@ -21,7 +35,7 @@ class Page(BaseModel, Generic[T]):
 class MessageIn(BaseModel):
     """An AgentMessage as clients send it (``stream_state`` is ignored on input)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     content: Any
     sender: str = Field(default="user", min_length=1, max_length=128)
@@ -29,4 +43,4 @@ class MessageIn(BaseModel):
     extra_info: Any | None = None
     type: str | None = None
     receiver: str | None = None
-    stream_state: int | None = None
+    stream_state: Int | None = None

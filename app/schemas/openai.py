@@ -1,18 +1,86 @@
-"""OpenAI chat-completion requests (validated; unknown fields ignored)."""
+"""OpenAI chat-completion requests (validated; unknown fields ignored).
+
+Strict types, as the OpenAPI document states them: JSON ``true`` is not the number 1 and
+``"2"`` is not 2. Rules across fields are validators here and JSON Schema in the document
+(``json_schema_extra``), side by side.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from app.schemas.common import WHOLE, Int
+
+_CONTENT: dict[str, Any] = {"anyOf": [{"type": "string"}, {"type": "array"}]}
+# ChatMessage._check as JSON Schema: what each role requires.
+_ROLES: dict[str, Any] = {
+    "anyOf": [
+        {
+            "properties": {
+                "role": {"enum": ["system", "developer", "user"]},
+                "content": _CONTENT,
+            },
+            "required": ["content"],
+        },
+        {
+            "properties": {
+                "role": {"const": "tool"},
+                "content": _CONTENT,
+                "tool_call_id": {"type": "string", "minLength": 1},
+            },
+            "required": ["content", "tool_call_id"],
+        },
+        {
+            "properties": {"role": {"const": "assistant"}, "content": _CONTENT},
+            "required": ["content"],
+        },
+        {
+            "properties": {
+                "role": {"const": "assistant"},
+                "tool_calls": {"type": "array", "minItems": 1},
+            },
+            "required": ["tool_calls"],
+        },
+    ]
+}
+# The request's validators as JSON Schema: stream_options needs stream, top_logprobs logprobs.
+_REQUIRES: dict[str, Any] = {
+    "allOf": [
+        {
+            "if": {
+                "properties": {"stream_options": {"type": "object"}},
+                "required": ["stream_options"],
+            },
+            "then": {"properties": {"stream": {"const": True}}, "required": ["stream"]},
+        },
+        {
+            "if": {
+                "properties": {"top_logprobs": {"type": "integer"}},
+                "required": ["top_logprobs"],
+            },
+            "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]},
+        },
+    ]
+}
+
+
+# The validators of ``stop`` and ``tool_choice`` as JSON Schema (a ``Literal`` or a constrained
+# list in the union would name the union's branch in the error's ``param``).
+_TOOL_CHOICE: dict[str, Any] = {
+    "anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object"}, {"type": "null"}]
+}
+
 
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class ChatMessage(_Open):
     """One message of ``messages``."""
+
+    model_config = ConfigDict(json_schema_extra=_ROLES)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
@@ -60,23 +128,25 @@ class ToolDef(_Open):
 class ChatCompletionRequest(_Open):
     """POST /v1/chat/completions."""
 
+    model_config = ConfigDict(json_schema_extra=_REQUIRES)
+
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = Field(default=False, strict=True)
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2, strict=True)
-    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
-    n: int | None = Field(default=None, ge=1, le=16, strict=True)
-    max_tokens: int | None = Field(default=None, ge=1, strict=True)
-    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
-    stop: str | list[str] | None = None
-    seed: int | None = Field(default=None, strict=True)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    n: Annotated[int, Field(ge=1, le=16), WHOLE] | None = None
+    max_tokens: Annotated[int, Field(ge=1), WHOLE] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1), WHOLE] | None = None
+    stop: str | list[str] | None = Field(default=None, json_schema_extra={"maxItems": 4})
+    seed: Int | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20, strict=True)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2, strict=True)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2, strict=True)
+    top_logprobs: Annotated[int, Field(ge=0, le=20), WHOLE] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     tools: list[ToolDef] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: str | dict[str, Any] | None = Field(default=None, json_schema_extra=_TOOL_CHOICE)
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
     user: str | None = None

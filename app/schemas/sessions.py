@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.agents import AgentName, GenParams
 from app.schemas.common import MessageIn, Name, Page
@@ -16,6 +16,8 @@ TERMINAL = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 class SessionCreate(BaseModel):
     """POST /v1/sessions."""
+
+    model_config = ConfigDict(strict=True)
 
     agent: AgentName
     id: Annotated[str, Name] | None = None
@@ -40,11 +42,32 @@ SessionList = Page[SessionPublic]
 class RunCreate(BaseModel):
     """POST /v1/sessions/{id}/messages."""
 
+    model_config = ConfigDict(strict=True)
+
     message: MessageIn | str
     stream: bool = Field(default=False, strict=True)
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
     on_disconnect: Literal["cancel", "continue"] = "cancel"
     gen_params: GenParams = Field(default_factory=GenParams)
+
+
+class MemoryEntry(BaseModel):
+    """A memory entry as ``PUT /v1/sessions/{id}/memory`` takes it (app.services.sessions:
+    an AgentMessage, whose unknown fields are ignored, or a string, a user message). Documents
+    that body in the OpenAPI document (app.openapi); the service validates it itself."""
+
+    content: Any
+    sender: str = "user"
+    formatted: Any = None
+    extra_info: Any = None
+    type: str | None = None
+    receiver: str | None = None
+    stream_state: Literal[-4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8] | None = (
+        None  # AgentStatusCode
+    )
+
+
+MemoryState = dict[str, list[MemoryEntry | str]]
 
 
 class UsagePublic(BaseModel):

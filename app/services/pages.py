@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import BadRequest
 
 T = TypeVar("T")
+MAX_LIMIT = 100
 
 
 async def page(
@@ -29,7 +30,7 @@ async def page(
 
 
 def check_limit(limit: int) -> int:
-    """``limit`` within 1..100."""
-    if not 1 <= limit <= 100:
+    """``limit`` within 1..100 (the routes' ``Query`` bounds say so first: app.api.pages)."""
+    if not 1 <= limit <= MAX_LIMIT:
         raise BadRequest("limit must be between 1 and 100", param="limit", code="invalid_value")
     return limit

@@ -38,7 +38,7 @@ async def test_list_is_newest_first_and_pages(client: httpx.AsyncClient) -> None
     second = (await client.get("/v1/agents", params={"limit": 2, "after": "a2"})).json()
     assert [a["name"] for a in second["data"]] == ["a1"] and not second["has_more"]
     bad = await client.get("/v1/agents", params={"limit": 0})
-    assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "limit"
 
 
 async def test_duplicate_name_is_409(client: httpx.AsyncClient) -> None:

@@ -292,10 +292,7 @@ async def test_message_checks_in_fastapis_order(client: httpx.AsyncClient) -> No
     operation = (await client.get("/openapi.json")).json()["paths"][
         "/v1/sessions/{session_id}/messages"
     ]["post"]
-    assert [p["name"] for p in operation["parameters"]] == [
-        "session_id",
-        "Idempotency-Key",
-        "authorization",
-    ]
+    assert [p["name"] for p in operation["parameters"]] == ["session_id", "Idempotency-Key"]
+    assert operation["security"] == [{"bearerAuth": []}]  # the key (app.openapi)
     schema = operation["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["message"]

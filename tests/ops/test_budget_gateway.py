@@ -113,7 +113,8 @@ async def test_tenant_budget_from_the_cli_covers_all_sessions(
 def test_budget_in_a_spec_is_validated() -> None:
     from app.schemas.agents import AgentSpec
 
-    assert AgentSpec.model_validate({"budget": {"max_total_tokens": 10}}).budget is not None
+    spec = {"model": "m", "budget": {"max_total_tokens": 10}}
+    assert AgentSpec.model_validate(spec).budget is not None
     for bad in ({"max_total_tokens": 0}, {"max_total_tokens": "x"}, {"tokens": 5}):
         with pytest.raises(ValueError, match="budget"):
-            AgentSpec.model_validate({"budget": bad})
+            AgentSpec.model_validate({"model": "m", "budget": bad})

@@ -157,7 +157,7 @@ def test_fuzz_every_operation(fuzz_app: FastAPI) -> None:
         known = seed(client)
         record = Recorder(client)
         for op in operations:
-            headers = AUTH if "authorization" in {p.name for p in op.headers} else None
+            headers = AUTH if op.path.startswith("/v1/") else None  # the bearer key
             for mode, examples in EXAMPLES.items():
                 try:
                     explore(op.as_strategy(mode, headers=headers), examples, record)
