@@ -9,11 +9,14 @@ loopback, private, link-local (cloud metadata) and other reserved ranges are ref
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+# A DNS name (letters, digits, '-', '.', '_'; IDNs in their ASCII form) or an IP literal.
+_HOST = re.compile(r"[A-Za-z0-9._\-]+|[0-9A-Fa-f:.]+")
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -45,16 +48,22 @@ class OutboundPolicy:
 
     def check_syntax(self, url: str) -> tuple[str, int]:
         """The URL's host and port; refused unless http(s) with a host and no credentials."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname
+        except ValueError as exc:  # e.g. "Invalid IPv6 URL"
+            raise OutboundRefused(f"{url!r} is not a valid URL: {exc}") from None
+        if parts.scheme not in ("http", "https") or not host:
             raise OutboundRefused(f"{url!r} is not an http(s) URL with a host")
+        if not _HOST.fullmatch(host):
+            raise OutboundRefused(f"{url!r}: {host!r} is not a host name or address")
         if parts.username or parts.password:
             raise OutboundRefused("credentials in the URL are not accepted; use api_key_env")
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError as exc:
             raise OutboundRefused(f"{url!r}: {exc}") from None
-        return parts.hostname.lower(), port
+        return host.lower(), port
 
     def listed(self, host: str, port: int) -> bool:
         """Named in the allowlist (by host, host:port, or an address in a listed range)."""

@@ -95,7 +95,7 @@ _CHAT_PARAMETERS: list[dict[str, Any]] = [
         "name": STRATEGY_HEADER,
         "in": "header",
         "required": False,
-        "schema": {"anyOf": [{"type": "string", "enum": list(STRATEGIES)}, {"type": "null"}]},
+        "schema": {"type": "string", "enum": list(STRATEGIES)},
         "description": "With X-Session-Id: what a message to a busy session does",
     },
     AUTHORIZATION_PARAMETER,
@@ -185,6 +185,7 @@ async def chat_completions(request: Request) -> Response:
     data = await json_body(request)
     who = await authenticate(request)
     x_session_id = session_id_header(request)
+    strategy = strategy_header(request)
     body = validated_body(ChatCompletionRequest, data)
     state = app_state(request)
     agent = (await _agents(state, who.tenant_id)).get(body.model)
@@ -192,7 +193,6 @@ async def chat_completions(request: Request) -> Response:
     if agent is not None:
         chat.check_agent_params(body)  # 400 for a field an agent cannot honour
         if x_session_id:
-            strategy = strategy_header(request)
             sub = await chat.session_submission(
                 state, who.tenant_id, agent, x_session_id, body, strategy
             )

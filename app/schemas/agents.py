@@ -63,7 +63,7 @@ MemberName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-
 class DoneSpec(BaseModel):
     """When a ``task`` is done (any rule that fires ends it with status DONE)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     contains: str | None = Field(default=None, min_length=1)  # a reply containing this text
     if_response: list[str] = Field(default_factory=list)  # "llm", "agent", "user", sub-tasks
@@ -74,23 +74,23 @@ class DoneSpec(BaseModel):
 class RunBudgetSpec(BaseModel):
     """A ``task``'s budget per run (tokens of every participant; cost at these prices)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    max_tokens: int | None = Field(default=None, ge=1, le=10**12, strict=True)
-    max_cost: float | None = Field(default=None, gt=0, strict=True)
-    prompt_cost_per_1k: float = Field(default=0.0, ge=0, strict=True)
-    completion_cost_per_1k: float = Field(default=0.0, ge=0, strict=True)
+    max_tokens: Annotated[int, Field(ge=1, le=10**12), WHOLE] | None = None
+    max_cost: float | None = Field(default=None, gt=0)
+    prompt_cost_per_1k: float = Field(default=0.0, ge=0)
+    completion_cost_per_1k: float = Field(default=0.0, ge=0)
 
 
 class SubTaskSpec(BaseModel):
     """A sub-task of a ``task``: another agent (stored, by name, or inline) as a responder."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     agent: AgentSpec | AgentName
     name: MemberName | None = None  # default: the stored agent's name (dots as _), or "sub<i>"
     single_round: bool = True
-    max_turns: Int | None = Field(default=None, ge=1, le=1000)
+    max_turns: Annotated[int, Field(ge=1, le=1000), WHOLE] | None = None
     done: DoneSpec | None = None
 
 
@@ -115,14 +115,16 @@ class AgentSpec(BaseModel):
     budget: BudgetSpec | None = None  # tokens per session (app.ops.budget)
     # An agent on another server, over A2A (agents.remote.RemoteAgent): its base URL, and the
     # name of the environment variable holding its API key (AGENTSTATION_REMOTE_KEY_*).
-    remote: str | None = Field(default=None, min_length=1, max_length=2048)
-    api_key_env: str | None = Field(default=None, min_length=1, max_length=128)
+    remote: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^/\s]+")
+    api_key_env: str | None = Field(
+        default=None, max_length=128, pattern=r"^AGENTSTATION_REMOTE_KEY_[A-Za-z0-9_]+$"
+    )
     # kind "task" (agents.Task): its agent, sub-tasks and termination rules.
     agent: AgentSpec | AgentName | None = None
     sub_tasks: list[SubTaskSpec] | None = Field(default=None, max_length=32)
     done: DoneSpec | None = None
-    max_turns: Int | None = Field(default=None, ge=1, le=1000)
-    max_stalled_steps: int | None = Field(default=None, ge=1, le=100)  # None: 3
+    max_turns: Annotated[int, Field(ge=1, le=1000), WHOLE] | None = None
+    max_stalled_steps: Annotated[int, Field(ge=1, le=100), WHOLE] | None = None  # None: 3
     run_budget: RunBudgetSpec | None = None
 
     def children(self, prefix: str = "spec") -> list[tuple[str, AgentSpec | str]]:

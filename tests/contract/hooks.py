@@ -43,6 +43,17 @@ STATE_CODES = frozenset(
         "invalid_tool_config",  # a tool's constructor rejects its config
         "unknown_memory_key",  # PUT memory: the keys are the agent's own
         "unsupported_parameter",  # chat: a field the named model (an agent) does not take
+        # Multi-agent and remote specs: names of stored agents and their nesting, responders,
+        # fields a kind needs or refuses (model for agent kinds, agent for a task), and the
+        # outbound URL policy, which depends on the configuration and on DNS.
+        "agent_cycle",
+        "agent_depth",
+        "unknown_responder",
+        "duplicate_name",
+        "invalid_name",
+        "not_supported",
+        "missing_field",
+        "url_not_allowed",
     }
 )
 
