@@ -62,10 +62,13 @@ def _sandbox(state: AppState) -> dict[str, Any]:
     }
     if not enabled:
         return info
-    if "sandbox_error" in state.extras:
+    if pool is None:  # it could not even be built (its settings): see the server log
         info["error"] = "the sandbox failed to start (see the server log)"
-    elif pool is None or pool.level is None:
-        info["state"] = "starting"  # the self-test is running
+    elif pool.level is None:
+        # Failed start-ups are retried by the next tool call; until one succeeds: not ready.
+        info["state"] = "failed" if pool.start_error else "starting"
+        if pool.start_error:
+            info["error"] = "the sandbox failed to start (see the server log)"
     else:
         # Below the minimum the pool refuses to run code: not ready for tool calls.
         info["level_ok"] = bool(pool.level_ok)
