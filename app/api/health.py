@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -30,13 +31,8 @@ async def readyz(state: StateDep) -> JSONResponse:
     with ``not_ready`` naming the parts that are not (and ``retry-after``)."""
     checks: dict[str, Any] = {"version": VERSION}
     waiting: list[str] = []
-    try:
-        async with state.engine.connect() as conn:
-            await conn.execute(sa.text("SELECT 1"))
-        checks["database"] = "ok"
-    except Exception:
-        log.warning("readiness: the database does not answer", exc_info=True)
-        checks["database"] = "unavailable"
+    checks["database"] = await _database(state)
+    if checks["database"] != "ok":
         waiting.append("database")
     models = state.models.status()
     checks["models"] = models
@@ -49,6 +45,30 @@ async def readyz(state: StateDep) -> JSONResponse:
         checks["not_ready"] = waiting
         return JSONResponse(checks, status_code=503, headers={"retry-after": "1"})
     return JSONResponse(checks)
+
+
+def _revisions() -> tuple[str, frozenset[str]]:
+    from app.db.migrate import revisions  # alembic: loaded by the first /readyz, not at start
+
+    return revisions()
+
+
+async def _database(state: AppState) -> str:
+    """``ok``; ``migration_needed`` while its schema is behind this release's (a request
+    would meet missing columns: run ``agentstation migrate``); ``unavailable``. A revision this
+    release does not know is a newer release's migration (a rolling deploy): ok."""
+    head, known = await asyncio.to_thread(_revisions)
+    try:
+        async with state.engine.connect() as conn:
+            found = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).all()
+    except Exception:
+        log.warning("readiness: the database does not answer", exc_info=True)
+        return "unavailable"
+    versions = {row[0] for row in found}
+    if head in versions or versions - known:
+        return "ok"
+    log.warning("readiness: the database is at %s, this release needs %s", versions, head)
+    return "migration_needed"
 
 
 def _sandbox(state: AppState) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
@@ -41,6 +42,26 @@ async def test_a_loading_model_is_not_ready_and_its_requests_are_503(
     assert (await client.get("/readyz")).status_code == 200
     sent = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
     assert sent.status_code == 200 and sent.json()["run"]["status"] == "completed"
+
+
+async def test_a_database_behind_this_release_is_not_ready(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """A replica of a new release on a database not yet migrated would meet missing columns."""
+
+    async def stamp(version: str) -> None:
+        async with app.state.agentstation.engine.begin() as conn:
+            await conn.execute(
+                sa.text("UPDATE alembic_version SET version_num = :v"), {"v": version}
+            )
+
+    await stamp("0001")
+    behind = await client.get("/readyz")
+    assert behind.status_code == 503 and behind.json()["not_ready"] == ["database"]
+    assert behind.json()["database"] == "migration_needed"
+    await stamp("9999")  # a newer release migrated it (a rolling deploy): still served
+    newer = await client.get("/readyz")
+    assert newer.status_code == 200 and newer.json()["database"] == "ok", newer.json()
 
 
 @pytest.mark.kernel
