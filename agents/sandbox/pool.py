@@ -47,17 +47,21 @@ class KernelPool:
         self._lock: FileLock | None = None
         self._allocator: UidAllocator | None = None
         self._starting: asyncio.Future[Level] | None = None  # the one start-up (see _start)
+        self.start_error: str | None = None  # why the last start-up failed (None: it did not)
         self.closed = False
 
     # -- public API (callable from any event loop or thread) --------------------------------
 
     async def start(self) -> Level:
-        """Reap leftovers, detect the isolation level by a self-test, start idle reaping."""
-        return await self._loop().run(self._start())
+        """Reap leftovers, detect the isolation level by a self-test, start idle reaping.
+
+        Single-flight: concurrent callers share the one start-up, and this waits for it to
+        end (the self-test's kernels are bounded by ``start_timeout_s`` each)."""
+        return await self._loop().run(self._start(wait_s=None))
 
     def start_sync(self) -> Level:
         """``start()`` for sync code."""
-        return self._loop().run_sync(self._start())
+        return self._loop().run_sync(self._start(wait_s=None))
 
     @property
     def level_ok(self) -> bool:
@@ -100,7 +104,7 @@ class KernelPool:
         self, session_key: str, argv: list[str]
     ) -> tuple[list[str], dict[str, str], str]:
         if self.level is None:
-            await self._start()
+            await self._start(self.config.start_timeout_s)
         if not self.level_ok or self.level is None:
             raise SandboxError(
                 f"sandbox isolation level {self.level} is below the required "
@@ -155,27 +159,42 @@ class KernelPool:
         """Parent of every pool's run dir (sockets, connection files)."""
         return self.config.base_dir / "run"
 
-    async def _start(self) -> Level:
+    async def _start(self, wait_s: float | None) -> Level:
         """Single-flight: every caller (the service's start-up self-test, a tool call that
-        arrives meanwhile) waits for the one start-up, at most ``start_timeout_s``."""
+        arrives meanwhile) waits for the one start-up, a tool call at most ``wait_s``. A
+        failed start-up is a ``SandboxError`` for each of them, and the next call retries."""
         if self.level is not None:
             return self.level
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._start_once())
         starting = self._starting
         try:
-            return await asyncio.wait_for(asyncio.shield(starting), self.config.start_timeout_s)
+            return await asyncio.wait_for(asyncio.shield(starting), wait_s)
         except TimeoutError:
             raise SandboxError(
-                f"the sandbox is still starting (self-test running for over "
-                f"{self.config.start_timeout_s:g} s); try again shortly"
+                f"the sandbox is still starting (self-test running for over {wait_s:g} s, "
+                "AGENTSTATION_SANDBOX_START_TIMEOUT_S); try again shortly"
             ) from None
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise SandboxError(f"the sandbox failed to start: {type(exc).__name__}") from exc
         finally:
             failed = starting.done() and (starting.cancelled() or starting.exception() is not None)
             if failed and self._starting is starting:
                 self._starting = None  # a failed start-up may be tried again
 
     async def _start_once(self) -> Level:
+        try:
+            level = await self._detect()
+        except BaseException as exc:
+            self.start_error = f"{type(exc).__name__}: {exc}"
+            log.exception("the sandbox failed to start")
+            raise
+        self.start_error = None
+        return level
+
+    async def _detect(self) -> Level:
         self._prepare_dirs()
         self._start_slots = asyncio.Semaphore(max(1, self.config.start_concurrency))
         self._slot_freed = asyncio.Condition()
@@ -201,9 +220,10 @@ class KernelPool:
         if reaped := reap_leftovers(self.run_root):
             log.warning("reaped %d leftover sandbox run dirs", reaped)
         own = self.run_root / self.pool_id
-        own.mkdir(mode=0o711)
-        self._lock = FileLock(own / ".lock")
-        self._lock.try_acquire()
+        if self._lock is None:  # once per pool (a start-up that failed later may be retried)
+            own.mkdir(mode=0o711, exist_ok=True)
+            self._lock = FileLock(own / ".lock")
+            self._lock.try_acquire()
         # Machine-wide: a pool releasing a uid kills its processes, so pools never share one.
         lock_dir = Path("/run/agentstation/uids") if os.geteuid() == 0 else base / "uids"
         self._allocator = UidAllocator(lock_dir, self.config.uid_base, self.config.uid_count)
@@ -226,7 +246,7 @@ class KernelPool:
 
     async def _execute(self, key: KernelKey, code: str, limit_s: float | None) -> CellResult:
         if self.level is None:
-            await self._start()
+            await self._start(self.config.start_timeout_s)
         if not self.level_ok:
             raise SandboxError(
                 f"sandbox isolation level {self.level} is below the required "

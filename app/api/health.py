@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -33,13 +34,8 @@ async def readyz(state: StateDep) -> JSONResponse:
     with ``not_ready`` naming the parts that are not (and ``retry-after``)."""
     checks: dict[str, Any] = {"version": VERSION}
     waiting: list[str] = []
-    try:
-        async with state.engine.connect() as conn:
-            await conn.execute(sa.text("SELECT 1"))
-        checks["database"] = "ok"
-    except Exception:
-        log.warning("readiness: the database does not answer", exc_info=True)
-        checks["database"] = "unavailable"
+    checks["database"] = await _database(state)
+    if checks["database"] != "ok":
         waiting.append("database")
     models = state.models.status()
     checks["models"] = models
@@ -54,6 +50,30 @@ async def readyz(state: StateDep) -> JSONResponse:
     return JSONResponse(checks)
 
 
+def _revisions() -> tuple[str, frozenset[str]]:
+    from app.db.migrate import revisions  # alembic: loaded by the first /readyz, not at start
+
+    return revisions()
+
+
+async def _database(state: AppState) -> str:
+    """``ok``; ``migration_needed`` while its schema is behind this release's (a request
+    would meet missing columns: run ``agentstation migrate``); ``unavailable``. A revision this
+    release does not know is a newer release's migration (a rolling deploy): ok."""
+    head, known = await asyncio.to_thread(_revisions)
+    try:
+        async with state.engine.connect() as conn:
+            found = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).all()
+    except Exception:
+        log.warning("readiness: the database does not answer", exc_info=True)
+        return "unavailable"
+    versions = {row[0] for row in found}
+    if head in versions or versions - known:
+        return "ok"
+    log.warning("readiness: the database is at %s, this release needs %s", versions, head)
+    return "migration_needed"
+
+
 def _sandbox(state: AppState) -> dict[str, Any]:
     """The sandbox's part: enabled by settings; ready once its level is known and enough."""
     pool = state.kernel_pool
@@ -65,10 +85,13 @@ def _sandbox(state: AppState) -> dict[str, Any]:
     }
     if not enabled:
         return info
-    if "sandbox_error" in state.extras:
+    if pool is None:  # it could not even be built (its settings): see the server log
         info["error"] = "the sandbox failed to start (see the server log)"
-    elif pool is None or pool.level is None:
-        info["state"] = "starting"  # the self-test is running
+    elif pool.level is None:
+        # Failed start-ups are retried by the next tool call; until one succeeds: not ready.
+        info["state"] = "failed" if pool.start_error else "starting"
+        if pool.start_error:
+            info["error"] = "the sandbox failed to start (see the server log)"
     else:
         # Below the minimum the pool refuses to run code: not ready for tool calls.
         info["level_ok"] = bool(pool.level_ok)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from alembic import command
@@ -21,3 +22,14 @@ def alembic_config(url: str) -> Config:
 def upgrade(url: str, revision: str = "head") -> None:
     """Migrate the database at ``url`` (blocking; call from a thread inside an event loop)."""
     command.upgrade(alembic_config(url), revision)
+
+
+@functools.cache
+def revisions() -> tuple[str, frozenset[str]]:
+    """This release's head revision and every revision it knows (read once, blocking)."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config(""))
+    head = script.get_current_head()
+    assert head is not None
+    return head, frozenset(r.revision for r in script.walk_revisions())
