@@ -18,14 +18,15 @@ from a2a.types import (
 )
 
 from app.runtime.events import Event
+from app.schemas.vocab import EventType, RunStatus, ends_stream
 
 STATES: dict[str, TaskState] = {
-    "queued": TaskState.TASK_STATE_SUBMITTED,
-    "running": TaskState.TASK_STATE_WORKING,
-    "completed": TaskState.TASK_STATE_COMPLETED,
-    "failed": TaskState.TASK_STATE_FAILED,
-    "cancelled": TaskState.TASK_STATE_CANCELED,
-    "interrupted": TaskState.TASK_STATE_CANCELED,
+    RunStatus.QUEUED: TaskState.TASK_STATE_SUBMITTED,
+    RunStatus.RUNNING: TaskState.TASK_STATE_WORKING,
+    RunStatus.COMPLETED: TaskState.TASK_STATE_COMPLETED,
+    RunStatus.FAILED: TaskState.TASK_STATE_FAILED,
+    RunStatus.CANCELLED: TaskState.TASK_STATE_CANCELED,
+    RunStatus.INTERRUPTED: TaskState.TASK_STATE_CANCELED,
 }
 # The run's text deltas (model output); other stream states are tool phases.
 _TEXT_STATES = (1, 0)
@@ -86,7 +87,7 @@ def status_of(run: dict[str, Any]) -> TaskStatus:
 def task_of(run: dict[str, Any]) -> Task:
     """A run (the API's JSON shape) as an A2A task."""
     task = Task(id=run["id"], context_id=run["session_id"], status=status_of(run))
-    if run["status"] == "completed":
+    if run["status"] == RunStatus.COMPLETED:
         task.artifacts.append(output_artifact(run))
     return task
 
@@ -94,7 +95,7 @@ def task_of(run: dict[str, Any]) -> Task:
 def updates(event: Event, run_id: str, context_id: str) -> list[Any]:
     """What one run event is on the A2A stream (nothing for events it has no form for)."""
     data = event.data
-    if event.type == "message.delta":
+    if event.type == EventType.MESSAGE_DELTA:
         delta = data.get("delta")
         if data.get("stream_state") in _TEXT_STATES and isinstance(delta, str) and delta:
             working = TaskStatus(
@@ -104,9 +105,9 @@ def updates(event: Event, run_id: str, context_id: str) -> list[Any]:
             return [TaskStatusUpdateEvent(task_id=run_id, context_id=context_id, status=working)]
         return []
     run = data.get("run")
-    if event.type in ("run.completed", "run.failed", "run.cancelled") and run:
+    if event.type != EventType.ERROR and ends_stream(event.type) and run:
         out: list[Any] = []
-        if run["status"] == "completed":
+        if run["status"] == RunStatus.COMPLETED:
             out.append(
                 TaskArtifactUpdateEvent(
                     task_id=run_id,
@@ -117,7 +118,7 @@ def updates(event: Event, run_id: str, context_id: str) -> list[Any]:
             )
         status = TaskStatusUpdateEvent(task_id=run_id, context_id=context_id, status=status_of(run))
         return [*out, status]
-    if event.type == "error":
+    if event.type == EventType.ERROR:
         failed = TaskStatus(state=TaskState.TASK_STATE_FAILED)
         return [TaskStatusUpdateEvent(task_id=run_id, context_id=context_id, status=failed)]
     return []

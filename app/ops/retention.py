@@ -21,11 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.base import utcnow
 from app.db.models import Run, RunEvent, Session
+from app.schemas.vocab import ACTIVE, TERMINAL
 
 log = logging.getLogger(__name__)
 
-ACTIVE_STATUSES = ("queued", "running")
-FINAL_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+ACTIVE_STATUSES = ACTIVE
+FINAL_STATUSES = TERMINAL
 SessionDeleted = Callable[[str, str], Awaitable[None]]  # (tenant_id, session_id)
 
 

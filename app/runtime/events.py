@@ -25,13 +25,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.base import utcnow
 from app.db.models import SEQ_BLOCK, Run, RunEvent
 from app.runtime.writes import WriteGate
+from app.schemas.vocab import ACTIVE, EventType
 
 log = logging.getLogger(__name__)
 
 EVENTS = cast(sa.Table, RunEvent.__table__)  # Core inserts: no ORM bookkeeping, no RETURNING
 RUNS = cast(sa.Table, Run.__table__)
-TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled", "error"})
-GAP = "run.gap"
 # The next block is reserved when fewer than this many reserved ids are left unused.
 SEQ_LOW_WATER = 16
 
@@ -139,7 +138,7 @@ class RunChannel:
                     .where(
                         RUNS.c.id == self.run_id,
                         RUNS.c.seq_reserved < target,
-                        RUNS.c.status.in_(("queued", "running")),
+                        RUNS.c.status.in_(ACTIVE),
                     )
                     .values(seq_reserved=target)
                 )
@@ -157,7 +156,7 @@ class RunChannel:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self._last_publish = time.monotonic()
-            await self._append("message.delta", pending)
+            await self._append(EventType.MESSAGE_DELTA, pending)
 
     async def delta(self, index: int, sender: str, text: Any, stream_state: int) -> None:
         """Add a content delta; consecutive deltas of one message are merged between flushes."""
@@ -285,4 +284,4 @@ def gap_event(stored: int, reserved: int, reason: str) -> tuple[str, dict[str, A
     (the client saw them live, or missed them) and are never used again."""
     if reserved <= stored:
         return None
-    return GAP, {"from_id": stored + 1, "to_id": reserved, "reason": reason}
+    return EventType.RUN_GAP, {"from_id": stored + 1, "to_id": reserved, "reason": reason}

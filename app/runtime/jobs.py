@@ -38,6 +38,7 @@ from app.runtime.runner import (
     save_new_messages,
 )
 from app.schemas.agents import AgentSpec
+from app.schemas.vocab import END_EVENT, RunStatus
 
 if TYPE_CHECKING:
     from app.runtime.runs import RunManager
@@ -48,12 +49,12 @@ RUNS = cast(sa.Table, Run.__table__)  # Core statements: no ORM bookkeeping for 
 # Waits between attempts to store a run's end while the database is down (≈ 2 minutes).
 FINISH_RETRY_S = (0.2, 0.5, 1.0, *([2.0] * 60))
 # cancel mode -> (final status, whether completed messages are kept)
-CANCEL_MODES: dict[str, tuple[str, bool]] = {
-    "cancelled": ("cancelled", False),
-    "client_disconnected": ("cancelled", False),
-    "rollback": ("cancelled", False),
-    "interrupt": ("interrupted", True),
-    "shutdown": ("interrupted", False),
+CANCEL_MODES: dict[str, tuple[RunStatus, bool]] = {
+    "cancelled": (RunStatus.CANCELLED, False),
+    "client_disconnected": (RunStatus.CANCELLED, False),
+    "rollback": (RunStatus.CANCELLED, False),
+    "interrupt": (RunStatus.INTERRUPTED, True),
+    "shutdown": (RunStatus.INTERRUPTED, False),
 }
 
 
@@ -131,27 +132,27 @@ async def execute(manager: RunManager, job: Job) -> None:
             # "length": the answer's model call hit its max tokens (OpenAI's finish_reason).
             end = "length" if result.usage.last_finish == "length" else "end"
             try:
-                await _finish(manager, job, "completed", end, result, turn, hold=hold)
+                await _finish(manager, job, RunStatus.COMPLETED, end, result, turn, hold=hold)
             except Exception as exc:
                 if not (hold.broken and database_unavailable(exc)):
                     raise
                 # The lock's connection was lost (nothing committed there): store the end on a
                 # pooled connection, retried while the database is unreachable.
-                await _finish_safely(manager, job, "completed", end, result, turn)
+                await _finish_safely(manager, job, RunStatus.COMPLETED, end, result, turn)
     except BudgetExceeded:
         # Stopped at a model-call boundary: keep what the turn produced so far.
         job.finishing = True
-        await _finish_safely(manager, job, "completed", BUDGET_STOP, result, turn)
+        await _finish_safely(manager, job, RunStatus.COMPLETED, BUDGET_STOP, result, turn)
     except asyncio.CancelledError:
         mode = job.cancel_mode or "shutdown"
-        status, keep = CANCEL_MODES.get(mode, ("cancelled", False))
+        status, keep = CANCEL_MODES.get(mode, (RunStatus.CANCELLED, False))
         await _finish_safely(manager, job, status, mode, result, turn if keep else None)
     except Exception as exc:
         # The detail (it may hold SQL and its parameters, paths, other tenants' ids) goes to
         # the log only; the run's error says what a client may know, with the request id.
         log.exception("run %s failed", job.run_id)
         error = public_error(exc)
-        await _finish_safely(manager, job, "failed", "error", result, None, error)
+        await _finish_safely(manager, job, RunStatus.FAILED, "error", result, None, error)
     finally:
         await _guard(job.channel.close())
         job.done.set()
@@ -175,7 +176,7 @@ async def _begin(manager: RunManager, job: Job, usage: Callable[[], Usage]) -> T
                 await db.execute(
                     sa.update(RUNS)
                     .where(RUNS.c.id == job.run_id)
-                    .values(status="running", started_at=started)
+                    .values(status=RunStatus.RUNNING, started_at=started)
                 )
             rev = int(
                 await db.scalar(
@@ -188,7 +189,7 @@ async def _begin(manager: RunManager, job: Job, usage: Callable[[], Usage]) -> T
             if cached is None:
                 stored = await load_state(db, job.session_pk)
         if job.queued:
-            job.run.status, job.run.started_at = "running", started
+            job.run.status, job.run.started_at = RunStatus.RUNNING, started
     else:
         cached = manager.memory.get(job.session_pk, rev) if memories else None
         if cached is None or figures is None:
@@ -251,7 +252,7 @@ async def _guard(coro: Any) -> None:
 async def _finish(
     manager: RunManager,
     job: Job,
-    status: str,
+    status: RunStatus,
     stop_reason: str,
     result: TurnResult,
     turn: Turn | None,
@@ -279,12 +280,10 @@ async def _finish(
         finished_at=utcnow(),
     )
     public = manager.public(run)
-    if status == "completed":
-        terminal: tuple[str, dict[str, Any]] = ("run.completed", {"run": public})
-    elif status == "failed":
-        terminal = ("run.failed", {"run": public, "error": error})
-    else:
-        terminal = ("run.cancelled", {"run": public})
+    end_event = END_EVENT[status]
+    terminal: tuple[str, dict[str, Any]] = (end_event, {"run": public})
+    if status == RunStatus.FAILED:
+        terminal[1]["error"] = error
     after = turn.after(job.session_key) if turn is not None else None
     await job.channel.stop_flushing()
     # A tenant with a budget is charged in this transaction (every replica enforces it from
@@ -316,7 +315,7 @@ async def _finish(
             if charge:
                 await charge_tenant(db, job.tenant_id, charge)
             event = await job.channel.save_final(db, *terminal)
-    clean = status == "completed" and stop_reason in ("end", "length")
+    clean = status == RunStatus.COMPLETED and stop_reason in ("end", "length")
     if clean and turn is not None and turn.nodes is not None and after is not None:
         manager.memory.put(job.session_pk, turn.rev + (1 if changed else 0), after)
     if later is not None:

@@ -20,9 +20,7 @@ from app.db.models import Run, RunEvent
 from app.runtime.events import gap_event
 from app.runtime.locks import SessionLocks
 from app.runtime.writes import WriteGate
-from app.schemas.sessions import TERMINAL
-
-ACTIVE = ("queued", "running")
+from app.schemas.vocab import ACTIVE, TERMINAL, EventType, RunStatus
 
 
 class Orphans:
@@ -50,7 +48,9 @@ class Orphans:
             run = await db.get(Run, run_id, with_for_update=True)
             if run is None or run.status in TERMINAL:
                 return False
-            run.status = "cancelled" if mode in ("cancelled", "rollback") else "interrupted"
+            run.status = (
+                RunStatus.CANCELLED if mode in ("cancelled", "rollback") else RunStatus.INTERRUPTED
+            )
             run.stop_reason, run.finished_at = mode, utcnow()
             stored = (
                 await db.scalar(
@@ -61,7 +61,7 @@ class Orphans:
             seq = max(stored, run.seq_reserved)
             gap = gap_event(stored, run.seq_reserved, mode)
             events = [gap] if gap is not None else []
-            events.append(("run.cancelled", {"run": self.public(run)}))
+            events.append((EventType.RUN_CANCELLED, {"run": self.public(run)}))
             for offset, (type_, data) in enumerate(events, 1):
                 db.add(RunEvent(run_id=run_id, seq=seq + offset, type=type_, data=data))
             run.seq_reserved = seq + len(events)
@@ -83,7 +83,9 @@ class Orphans:
         async with self.sessionmaker() as db:
             running = list(
                 await db.scalars(
-                    sa.select(Run.id).where(Run.session_pk == session_pk, Run.status == "running")
+                    sa.select(Run.id).where(
+                        Run.session_pk == session_pk, Run.status == RunStatus.RUNNING
+                    )
                 )
             )
         return any([await self.reap(run_id, session_pk) for run_id in running])

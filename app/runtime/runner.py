@@ -17,6 +17,7 @@ from app.db.models import Session as SessionRow
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, jsonable, load_message
 from app.runtime.registry import ServableAgent
+from app.schemas.vocab import EventType
 
 SESSIONS = cast(sa.Table, SessionRow.__table__)  # Core statements: no ORM bookkeeping
 MESSAGES = cast(sa.Table, Message.__table__)
@@ -171,7 +172,7 @@ class _Segmenter:
         if self.channel is not None:
             # Stored by the channel's next flush (≤ flush_s) or with the run's final status:
             # the message rows themselves are only written when the run ends.
-            await self.channel.emit("message", {"index": self.index, "message": data})
+            await self.channel.emit(EventType.MESSAGE, {"index": self.index, "message": data})
         self.open = None
         self.text = None
 

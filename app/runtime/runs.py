@@ -22,17 +22,17 @@ from app.db.models import Session as SessionRow
 from app.errors import NotFound, SessionBusy
 from app.runtime import pgturn
 from app.runtime.budgets import BudgetFigures
-from app.runtime.events import TERMINAL_EVENTS, Event, RunChannel
+from app.runtime.events import Event, RunChannel
 from app.runtime.jobs import Job, execute, input_message
 from app.runtime.locks import RunHold, SessionLocks, advisory_key, lock_for_transaction
 from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message
 from app.runtime.notify import CancelBus
-from app.runtime.orphans import ACTIVE, Orphans
+from app.runtime.orphans import Orphans
 from app.runtime.registry import ServableAgent
 from app.runtime.writes import WriteGate
 from app.schemas.agents import AgentSpec
-from app.schemas.sessions import TERMINAL
+from app.schemas.vocab import ACTIVE, TERMINAL, EventType, RunStatus, ends_stream
 
 log = logging.getLogger(__name__)
 RUNS = cast(sa.Table, Run.__table__)
@@ -195,7 +195,7 @@ class RunManager:
             mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
             for run_id in to_cancel:
                 await self.cancel(run_id, mode)
-            self._start(sub, run, None if run.status == "queued" else rev, inline=inline)
+            self._start(sub, run, None if run.status == RunStatus.QUEUED else rev, inline=inline)
         return run, True
 
     async def _submit_pg(self, sub: Submission, inline: bool = False) -> Run:
@@ -220,7 +220,7 @@ class RunManager:
                     advisory_key("admit:" + session_pk),
                     hold.key,
                 )
-                hold.locked = got is not None and got.status == "running"
+                hold.locked = got is not None and got.status == RunStatus.RUNNING
                 if not hold.locked:
                     await self.locks.release(hold)  # back to the pool
                 if got is None:
@@ -231,7 +231,7 @@ class RunManager:
                     await self.locks.take_slot()
                     hold.slot = True
                 else:
-                    run.status, run.started_at = "queued", None
+                    run.status, run.started_at = RunStatus.QUEUED, None
                 if sub.strategy in ("interrupt", "rollback"):
                     mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
                     for run_id in got.active:
@@ -287,7 +287,7 @@ class RunManager:
             session_id=sub.session.id,
             agent=sub.agent_name,
             agent_version=sub.session.agent_version,
-            status="running" if running else "queued",
+            status=RunStatus.RUNNING if running else RunStatus.QUEUED,
             stop_reason=None,
             input=dump_message(message),
             output=None,
@@ -326,7 +326,7 @@ class RunManager:
             message=input_message(sub.message),
             gen_params=sub.gen_params or {},
             channel=channel,
-            queued=run.status == "queued",
+            queued=run.status == RunStatus.QUEUED,
             rev=rev,
             budget=sub.budget if rev is not None else None,
             charge_later=sub.charge_later,
@@ -335,7 +335,7 @@ class RunManager:
         self.jobs[run.id] = job
         self.channels[run.id] = channel
         # run.created is the first event (seq 1) of every run.
-        channel.seed("run.created", {"run": run_public(run)})
+        channel.seed(EventType.RUN_CREATED, {"run": run_public(run)})
         channel.start()
         if inline:
             job.task = asyncio.current_task()
@@ -465,12 +465,12 @@ class RunManager:
             for row in rows:
                 after = row.seq
                 yield Event(row.seq, row.type, row.data)
-                if row.type in TERMINAL_EVENTS:
+                if ends_stream(row.type):
                     return
             if found is None or found[0] in TERMINAL:
                 return
             polls += 1
-            if found[0] == "running" and polls % REAP_EVERY == 0:
+            if found[0] == RunStatus.RUNNING and polls % REAP_EVERY == 0:
                 if await self.orphans.reap(run_id, found[1]):
                     continue  # its final events are stored: read them now
             await asyncio.sleep(FOLLOW_POLL_S)

@@ -9,9 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.agents import AgentName, GenParams
 from app.schemas.common import MessageIn, Name, Page
-
-RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
-TERMINAL = frozenset({"completed", "failed", "cancelled", "interrupted"})
+from app.schemas.vocab import RunStatus
 
 
 class SessionCreate(BaseModel):

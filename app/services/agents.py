@@ -13,6 +13,7 @@ from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound
 from app.runtime.registry import Registry
 from app.schemas.agents import AgentCreate, AgentPublic, AgentSpec, AgentUpdate
+from app.schemas.vocab import ACTIVE
 from app.services.agent_directory import KIND as CACHE_KIND
 from app.services.agent_refs import check_refs
 from app.services.pages import check_limit, page
@@ -113,7 +114,7 @@ async def active_runs(db: AsyncSession, tenant_id: str, name: str) -> list[str]:
     rows = await db.scalars(
         sa.select(Run.id)
         .join(SessionRow, SessionRow.pk == Run.session_pk)
-        .where(SessionRow.agent_id == agent.id, Run.status.in_(("queued", "running")))
+        .where(SessionRow.agent_id == agent.id, Run.status.in_(ACTIVE))
     )
     return list(rows)
 

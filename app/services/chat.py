@@ -26,6 +26,7 @@ from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec, GenParams
 from app.schemas.openai import ChatCompletionRequest, ChatMessage
 from app.schemas.sessions import SessionCreate
+from app.schemas.vocab import EventType, ends_stream
 from app.services.agent_directory import AgentInfo
 from app.services.agent_refs import pinned_spec, resolve_refs
 from app.services.agents import agent_spec
@@ -315,14 +316,14 @@ async def run_pieces(
     """A session run's text deltas from its event log, then its end (``hold``: the answer
     only, when the run ends; see ``_Texts``)."""
     async for event in state.run_manager.follow(run_id, 0):
-        if event.type == "message.delta":
+        if event.type == EventType.MESSAGE_DELTA:
             if (
                 not hold
                 and event.data.get("stream_state") in _TEXT_STATES
                 and isinstance(event.data["delta"], str)
             ):
                 yield Piece(event.data["delta"])
-        elif event.type == "run.completed":
+        elif event.type == EventType.RUN_COMPLETED:
             run = event.data["run"]
             usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
             answer = content_text((run.get("output") or {}).get("content", ""))
@@ -332,7 +333,7 @@ async def run_pieces(
                 yield Piece(answer)
             finish = _finish(run.get("stop_reason"))
             yield Piece(final=True, usage=usage, answer=answer, finish_reason=finish)
-        elif event.type in ("run.failed", "run.cancelled", "error"):
+        elif ends_stream(event.type):
             run = event.data.get("run") or {}
             error = event.data.get("error") or run.get("error") or {}
             raise Unavailable(

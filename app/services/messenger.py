@@ -14,6 +14,7 @@ from agents.actions.base import BaseAction, current_session_id
 from app.db.models import Run
 from app.schemas.common import MessageIn
 from app.schemas.sessions import RunCreate
+from app.schemas.vocab import RunStatus
 from app.services.runs import prepare_submission
 from app.state import AppState
 
@@ -51,7 +52,7 @@ class SendMessage(BaseAction):
             raise
         async with self.state.sessionmaker() as db:
             done = await db.get(Run, run.id)
-        if done is None or done.status != "completed" or not done.output:
+        if done is None or done.status != RunStatus.COMPLETED or not done.output:
             status = done.status if done is not None else "gone"
             raise RuntimeError(f"session {recipient!r} did not answer (run {status})")
         return done.output.get("content")
