@@ -1,0 +1,239 @@
+"""Persisted agent turns on the real engine vs the same streams straight to vLLM's own server.
+
+The figure users of an agent server care about (issue 13): N concurrent sessions, each turn a
+streamed (SSE) ``POST /v1/sessions/{id}/messages`` to an agent on the demo model, stored as
+it streams, against N streams of the same prompts to vLLM's OpenAI server with the same
+engine settings (bench/engine.py). Every turn is on a fresh session (created before the
+round, not timed), so both sides do the same work: the token counts are checked. Per
+concurrency (8, 32): output tokens/s over the round's wall time and TTFT p50 (request sent to
+the first text delta). ``history``: one session's 20 sequential turns; the TTFT of the 20th
+over the 1st shows whether prefix caching carries a session's history from turn to turn.
+
+``python -m bench.engine_sessions [--db sqlite postgres] [--rounds 2]`` (prints JSON rows,
+writes bench/results/engine_sessions.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.common import (
+    RESULTS_DIR,
+    ServerProcess,
+    gateway_server,
+    http_json,
+    reset_postgres_db,
+)
+from bench.engine import ENGINE, ENGINE_ENV, MAX_TOKENS, START_TIMEOUT_S, one_stream, vllm_server
+
+CONCURRENCY = (8, 32)
+HISTORY_TURNS = 20
+AGENT = {"name": "storyteller", "spec": {"kind": "agent", "model": "demo"}}
+GOAL_TOK_S_RATIO = 0.95
+GOAL_TTFT_ADDED_MS = 5.0
+GOAL_HISTORY_RATIO = 1.5
+
+
+def session_gateway(model_dir: Path, db: str) -> ServerProcess:
+    """``agentstation serve`` with the demo model on SQLite or the bench PostgreSQL database."""
+    model = {"name": "demo", "backend": "vllm", "path": str(model_dir), "engine": ENGINE}
+    url = reset_postgres_db("agentstation_bench_engine") if db == "postgres" else None
+    server = gateway_server(f"gateway-{db}", [model], url, **ENGINE_ENV)
+    server.ready_timeout_s = START_TIMEOUT_S
+    return server
+
+
+async def one_turn(
+    http: aiohttp.ClientSession, url: str, session: str, text: str
+) -> tuple[float, int]:
+    """(TTFT s, completion tokens) of one streamed, stored turn."""
+    body = {
+        "message": text,
+        "stream": True,
+        "gen_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0.0},
+    }
+    start = time.perf_counter()
+    ttft, tokens, event = 0.0, 0, ""
+    async with http.post(f"{url}/v1/sessions/{session}/messages", json=body) as resp:
+        resp.raise_for_status()
+        async for raw in resp.content:
+            line = raw.strip()
+            if line.startswith(b"event: "):
+                event = line[7:].decode()
+            elif line.startswith(b"data: "):
+                if event == "message.delta" and not ttft:
+                    data = json.loads(line[6:])
+                    if isinstance(data.get("delta"), str) and data["delta"]:
+                        ttft = time.perf_counter() - start
+                elif event == "run.completed":
+                    run = json.loads(line[6:])["run"]
+                    tokens = int(run["usage"]["completion_tokens"])
+                elif event in ("run.failed", "run.cancelled", "error"):
+                    raise RuntimeError(f"turn ended with {event}: {line[6:]!r}")
+    return ttft, tokens
+
+
+async def new_sessions(http: aiohttp.ClientSession, url: str, n: int) -> list[str]:
+    ids = []
+    for _ in range(n):
+        async with http.post(f"{url}/v1/sessions", json={"agent": AGENT["name"]}) as resp:
+            resp.raise_for_status()
+            ids.append(str((await resp.json())["id"]))
+    return ids
+
+
+async def load_round(url: str, concurrency: int, per_worker: int, sessions: bool) -> dict[str, Any]:
+    """``concurrency`` workers, ``per_worker`` turns each (fresh sessions on the gateway)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
+        ids = await new_sessions(http, url, concurrency * per_worker + 1) if sessions else []
+
+        async def turn(i: int) -> tuple[float, int]:
+            text = f"Request {i}: tell me a story."
+            if sessions:
+                return await one_turn(http, url, ids[i + 1], text)
+            ttft, tokens, _ = await one_stream(http, url, i)
+            return ttft, tokens
+
+        await turn(-1)  # warm the connection and the engine
+
+        async def worker(w: int) -> list[tuple[float, int]]:
+            return [await turn(w * per_worker + k) for k in range(per_worker)]
+
+        start = time.perf_counter()
+        results = [r for rs in await asyncio.gather(*map(worker, range(concurrency))) for r in rs]
+        wall = time.perf_counter() - start
+    tokens = sum(t for _, t in results)
+    return {
+        "tok_s": tokens / wall,
+        "ttft_p50_ms": 1000 * statistics.median(t for t, _ in results),
+        "tokens": tokens,
+    }
+
+
+async def history(url: str) -> dict[str, float]:
+    """One session, HISTORY_TURNS sequential turns: TTFT of the first and the last."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
+        [sid] = await new_sessions(http, url, 1)
+        ttfts = [
+            (await one_turn(http, url, sid, f"Turn {k}: tell me a story."))[0]
+            for k in range(HISTORY_TURNS)
+        ]
+    return {"first_ms": 1000 * ttfts[0], "last_ms": 1000 * ttfts[-1]}
+
+
+def measure(vllm_url: str, gw_url: str, db: str, rounds: int, per_worker: int) -> list[Any]:
+    rows: list[dict[str, Any]] = []
+    for c in CONCURRENCY:
+        best: dict[str, dict[str, Any]] = {}
+        for _ in range(rounds):
+            for name, url in (("vllm", vllm_url), ("gateway", gw_url)):  # alternate
+                got = asyncio.run(load_round(url, c, per_worker, sessions=name == "gateway"))
+                if name not in best or got["tok_s"] > best[name]["tok_s"]:
+                    best[name] = got
+        gw, vl = best["gateway"], best["vllm"]
+        if gw["tokens"] != vl["tokens"]:
+            raise RuntimeError(f"different work at concurrency {c}: {gw} vs {vl}")
+        rows.append(
+            {
+                "db": db,
+                "concurrency": c,
+                "vllm_tok_s": round(vl["tok_s"], 1),
+                "sessions_tok_s": round(gw["tok_s"], 1),
+                "tok_s_ratio": round(gw["tok_s"] / vl["tok_s"], 3),
+                "vllm_ttft_p50_ms": round(vl["ttft_p50_ms"], 1),
+                "sessions_ttft_p50_ms": round(gw["ttft_p50_ms"], 1),
+                "ttft_added_ms": round(gw["ttft_p50_ms"] - vl["ttft_p50_ms"], 1),
+            }
+        )
+    h = asyncio.run(history(gw_url))
+    rows.append(
+        {
+            "db": db,
+            "history_turns": HISTORY_TURNS,
+            "ttft_first_ms": round(h["first_ms"], 1),
+            "ttft_last_ms": round(h["last_ms"], 1),
+            "ratio": round(h["last_ms"] / h["first_ms"], 2),
+        }
+    )
+    return rows
+
+
+def goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        if "concurrency" in r:
+            tag = f"{r['db']}, {r['concurrency']} sessions"
+            out.append(
+                {
+                    "goal": f"tokens/s vs vLLM ({tag})",
+                    "target": f">= {GOAL_TOK_S_RATIO}x",
+                    "measured": r["tok_s_ratio"],
+                    "met": r["tok_s_ratio"] >= GOAL_TOK_S_RATIO,
+                }
+            )
+            out.append(
+                {
+                    "goal": f"TTFT p50 added ({tag})",
+                    "target": f"<= {GOAL_TTFT_ADDED_MS} ms",
+                    "measured": r["ttft_added_ms"],
+                    "met": r["ttft_added_ms"] <= GOAL_TTFT_ADDED_MS,
+                }
+            )
+        else:
+            out.append(
+                {
+                    "goal": f"TTFT turn {HISTORY_TURNS} / turn 1 ({r['db']})",
+                    "target": f"<= {GOAL_HISTORY_RATIO}x",
+                    "measured": r["ratio"],
+                    "met": r["ratio"] <= GOAL_HISTORY_RATIO,
+                }
+            )
+    return out  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", nargs="+", default=["sqlite", "postgres"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--per-worker", type=int, default=2)
+    args = parser.parse_args(argv)
+    os.environ.update(ENGINE_ENV)
+    from app.demo_model import build_demo_model
+
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        vl = stack.enter_context(vllm_server(model_dir))
+        for db in args.db:
+            with session_gateway(model_dir, db) as gw:
+                http_json("POST", f"{gw.base_url}/v1/agents", AGENT)
+                for row in measure(vl.base_url, gw.base_url, db, args.rounds, args.per_worker):
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    result = {
+        "name": "engine_sessions",
+        "command": "python -m bench.engine_sessions " + " ".join(argv or []),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
+        "goals": goals(rows),
+    }
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "engine_sessions.json").write_text(json.dumps(result, indent=2) + "\n")
+    for g in result["goals"]:
+        print(json.dumps(g), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
