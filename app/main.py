@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -109,7 +110,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)
     app.state.agentstation = state
-    extra: list[Any] = [hook(state) for hook in app.state.startup_hooks]
+    extra: list[Any] = []
+    for hook in app.state.startup_hooks:  # a hook may be async (app.demo_agents)
+        result = hook(state)
+        extra.append(await result if inspect.isawaitable(result) else result)
     try:
         yield
     finally:
