@@ -11,9 +11,12 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.settings import ModelConfig, Settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 log = logging.getLogger("agentstation")
 DEMO_MODEL_DIR = Path("demo-model")
@@ -91,17 +94,12 @@ def freeze_gc_heap(_state: object) -> None:
     gc.freeze()
 
 
-def serve(args: argparse.Namespace) -> int:
-    """Run the service with uvicorn (SQLite databases are migrated first)."""
-    import uvicorn
-
+def build_app(settings: Settings) -> FastAPI:
+    """The app ``serve`` runs: with no model configured, the default models and the demo
+    agents (unless ``AGENTSTATION_DEMO_AGENTS=0``); SQLite databases are migrated first."""
     from app.main import create_app
-    from app.ops.keepalive import KeepAliveHttpProtocol
 
-    settings = Settings()
-    updates = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = settings.model_copy(update=updates)
-    demo = not settings.models  # the user configured no model: serve the ready demo
+    demo = not settings.models
     settings = default_models(settings)
     if settings.is_sqlite:
         _migrate(settings)
@@ -110,6 +108,19 @@ def serve(args: argparse.Namespace) -> int:
         from app import demo_agents
 
         demo_agents.install(app, settings.models[0].name)
+    return app
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the service with uvicorn (SQLite databases are migrated first)."""
+    import uvicorn
+
+    from app.ops.keepalive import KeepAliveHttpProtocol
+
+    settings = Settings()
+    updates = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    app = build_app(settings.model_copy(update=updates))
+    settings = app.state.settings
     app.state.startup_hooks.append(freeze_gc_heap)
     uvicorn.run(
         app,

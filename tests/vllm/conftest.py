@@ -64,4 +64,4 @@ def default_model_path() -> Path:
     try:
         return prepare()
     except Exception as exc:  # offline and never prepared
-        pytest.fail(f"the default model could not be prepared (run `agentstation default-model`): {exc}")
+        pytest.fail(f"default model not prepared (run `agentstation default-model`): {exc}")

@@ -19,11 +19,9 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from agents.llms.vllm_engine import VllmEngine, sampling_params
-from app.cli import default_models
-from app.db.migrate import upgrade
+from app.cli import build_app
 from app.default_model import MODEL_NAME, model_config
 from app.engines.vllm import VllmHandle, create_handle
-from app.main import create_app
 from app.settings import Settings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -123,20 +121,14 @@ async def gateway(
     """The app ``agentstation serve`` builds with no model configured (demo agents included)."""
     # default_models() finds the model where default_model_path() prepared it.
     db = tmp_path_factory.mktemp("default-db") / "d.db"
-    settings = default_models(
-        Settings(
-            database_url=f"sqlite+aiosqlite:///{db}",
-            models=[],
-            api_keys="t:sk-default",
-            sandbox_enabled=False,
-        )
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{db}",
+        models=[],
+        api_keys="t:sk-default",
+        sandbox_enabled=False,
     )
-    assert [m.name for m in settings.models] == [MODEL_NAME, "scripted"]
-    await asyncio.to_thread(upgrade, settings.database_url)
-    app = create_app(settings)
-    from app import demo_agents
-
-    demo_agents.install(app, MODEL_NAME)
+    app = await asyncio.to_thread(build_app, settings)  # what `agentstation serve` runs
+    assert app.state.settings.models[0].name == MODEL_NAME
     async with LifespanManager(app, startup_timeout=120, shutdown_timeout=30):
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": "Bearer sk-default"}
@@ -167,7 +159,8 @@ async def test_demo_assistant_answers_with_the_default_model(gateway: httpx.Asyn
     agent = (await gateway.get("/v1/agents/assistant")).json()
     assert agent["spec"]["model"] == MODEL_NAME
     sid = (await gateway.post("/v1/sessions", json={"agent": "assistant"})).json()["id"]
-    resp = await gateway.post(f"/v1/sessions/{sid}/messages", json={"message": FRANCE[0]["content"]})
+    question = FRANCE[0]["content"]
+    resp = await gateway.post(f"/v1/sessions/{sid}/messages", json={"message": question})
     assert resp.status_code == 200, resp.text
     assert resp.json()["run"]["status"] == "completed"
     assert "Paris" in str(resp.json()["message"]["content"])
