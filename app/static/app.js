@@ -164,8 +164,7 @@ async function loadSessions() {
   if (!ui.agent) { list.replaceChildren(); return; }
   const page = await api("GET", "/v1/sessions?limit=50&agent=" + encodeURIComponent(ui.agent));
   list.replaceChildren(...page.data.map((s) =>
-    listButton(s.id, new Date(s.created_at).toLocaleString() + " · " +
-               (s.usage ? s.usage.total_tokens : 0) + " tokens",
+    listButton(s.id, new Date(s.created_at).toLocaleString(),
                s.id === ui.session, () => selectSession(s.id))));
   const saved = store.get("session");
   if (!ui.session && saved && page.data.some((s) => s.id === saved)) await selectSession(saved);
@@ -316,9 +315,11 @@ function setRunBar(run) {
   badge.dataset.status = run ? run.status : "";
   const u = run && run.usage;
   $("run-usage").textContent = u
-    ? "usage: " + u.prompt_tokens + " prompt + " + u.completion_tokens + " completion = " +
-      u.total_tokens + " tokens" : "";
-  $("run-id").textContent = run ? run.id : "";
+    ? u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens"
+    : "";
+  $("run-usage").title = u ? "usage: prompt, completion and total tokens" : "";
+  $("run-id").textContent = run ? run.id.slice(0, 12) + "…" : "";
+  $("run-id").title = run ? run.id : "";
   const active = Boolean(run && ACTIVE.has(run.status));
   $("cancel").disabled = !active;
   $("send").disabled = active || !ui.session;
