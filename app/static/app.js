@@ -614,6 +614,7 @@ async function saveAgent(event) {
     msg.className = "msg ok";
     const agents = await api("GET", "/v1/agents?limit=100");
     ui.agents = agents.data;
+    setConn("connected · " + ui.agents.length + " agents", "ok");
     ui.session = null;
     await selectAgent(saved.name);
     msg.textContent = "saved " + saved.name + " v" + saved.version;

@@ -109,8 +109,6 @@ async def test_engine_greedy_equals_transformers_greedy(handle: VllmHandle, hf_m
         assert len(ours) > 3
         if ours != theirs:
             notes.append(_explain(hf_model, prompt_ids, ours, theirs))
-            continue
-        assert ours == theirs
     assert len(notes) < len(PROMPTS), notes  # at most an explained tie, never all of them
 
 
