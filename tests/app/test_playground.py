@@ -205,6 +205,17 @@ def test_a_new_user_in_the_playground(page: Any) -> None:
     assert text.split() == ["tick"] * len(text.split())  # no event twice, none lost
     expect(page.locator("#run-status")).to_have_text("running")
     shot(page, "07-resumed")
+    # A reload mid-run: the page replays the run's events so far and follows it.
+    page.reload()
+    expect(page.locator("#run-status")).to_have_text("running")
+    ticks = last(page, ".msg-item.assistant .body")
+    expect(ticks).to_contain_text("tick tick")
+    expect(page.locator("#transcript .msg-item.user")).to_have_text("usercount")
+    grown = len(ticks.text_content() or "")
+    deadline = time.monotonic() + 20
+    while len(ticks.text_content() or "") < grown + 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(ticks.text_content() or "") >= grown + 10
     page.keyboard.press("Escape")
     expect(page.locator("#run-status")).to_have_text("cancelled")
     expect(page.locator("#transcript")).to_contain_text("run cancelled")
@@ -223,6 +234,50 @@ def test_a_new_user_in_the_playground(page: Any) -> None:
     expect(page.locator("#run-status")).to_have_text("completed")
     no_overflow(page)
     shot(page, "09-reloaded")
+
+
+def tab_to(page: Any, selector: str, limit: int = 80) -> None:
+    """Press Tab until ``selector`` has the focus (keyboard only)."""
+    for _ in range(limit):
+        if page.evaluate("s => document.activeElement?.matches(s) ?? false", selector):
+            return
+        page.keyboard.press("Tab")
+    raise AssertionError(f"Tab never reached {selector}")
+
+
+def test_keyboard_only(page: Any) -> None:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    tab_to(page, "#api-key")
+    page.keyboard.type(KEY)
+    page.keyboard.press("Enter")
+    expect(page.locator("#conn")).to_contain_text("connected")
+    tab_to(page, "#agent-new")
+    page.keyboard.press("Enter")
+    expect(page.locator("#f-name")).to_be_focused()
+    page.keyboard.type("keys")
+    tab_to(page, "#f-model")
+    page.keyboard.press("End")  # the last model (scripted)
+    page.keyboard.press("Home")  # the first: poet
+    expect(page.locator("#f-model")).to_have_value("poet")
+    tab_to(page, "#agent-save")
+    page.keyboard.press("Enter")
+    expect(page.locator("#agent-msg")).to_contain_text("saved keys v1")
+    page.keyboard.press("Shift+Tab")  # back from the inspector to the panels
+    tab_to(page, "#session-new")
+    page.keyboard.press("Enter")
+    expect(page.locator("#composer-input")).to_be_focused()
+    page.keyboard.type("hello")
+    page.keyboard.press("Enter")
+    expect(last(page, ".msg-item.assistant .body")).to_have_text(POEM)
+    page.keyboard.press("Shift+Tab")
+    tab_to(page, "#tab-agent")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#tab-memory")).to_be_focused()
+    expect(page.locator("#memory-view")).to_contain_text(POEM.split(",")[0])
+    no_overflow(page)
+    shot(page, "10-keyboard-only")
 
 
 def test_the_page_and_its_files(server: str) -> None:
