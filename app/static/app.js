@@ -1,102 +1,9 @@
 // AgentStation playground: plain JavaScript over the /v1 API (docs/api.md, docs/playground.md).
-// Streams use fetch + ReadableStream (EventSource cannot send the Authorization header).
-"use strict";
-
-const V = window.AGENTSTATION; // event types, run statuses, kinds, tools (app/api/playground.py)
-const EV = V.events;
-const ENDS = new Set(V.endsStream);
-const ACTIVE = new Set(V.active);
-const $ = (id) => document.getElementById(id);
-const store = {
-  get: (k) => localStorage.getItem("agentstation." + k),
-  set: (k, v) => (v == null ? localStorage.removeItem("agentstation." + k)
-                            : localStorage.setItem("agentstation." + k, v)),
-};
-
-const ui = {
-  agents: [],          // GET /v1/agents
-  models: [],          // raw model names (GET /v1/models, kind "model")
-  agent: null,         // the selected agent's name
-  session: null,       // the selected session's id
-  editing: null,       // the agent being edited (null: a new one)
-  run: null,           // the followed run: {id, lastEventId, status, bubbles, reader, detached}
-};
-
-// ---------------------------------------------------------------- HTTP
-
-class ApiError extends Error {
-  constructor(status, message, code) { super(message); this.status = status; this.code = code; }
-}
-
-function authHeaders() {
-  const key = store.get("key");
-  return key ? { Authorization: "Bearer " + key } : {};
-}
-
-async function api(method, path, body, extra) {
-  const headers = { ...authHeaders(), ...(extra || {}) };
-  const init = { method, headers };
-  if (body !== undefined) {
-    headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  const resp = await fetch(path, init);
-  if (!resp.ok) throw await apiError(resp);
-  return resp.status === 204 ? null : resp.json();
-}
-
-async function apiError(resp) {
-  let message = resp.status + " " + resp.statusText;
-  let code = null;
-  try {
-    const err = (await resp.json()).error;
-    if (err) { message = err.message; code = err.code; }
-  } catch (_) { /* not JSON */ }
-  return new ApiError(resp.status, message, code);
-}
-
-// Server-sent events from a fetch response: {id, event, data} per frame; comments skipped.
-async function* sseFrames(resp, run) {
-  const reader = resp.body.getReader();
-  run.reader = reader;
-  const decoder = new TextDecoder();
-  let buffer = "";
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer = (buffer + decoder.decode(value, { stream: true })).replace(/\r\n?/g, "\n");
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const frame = parseFrame(buffer.slice(0, cut));
-        buffer = buffer.slice(cut + 2);
-        if (frame) yield frame;
-      }
-    }
-  } finally {
-    run.reader = null;
-  }
-}
-
-function parseFrame(block) {
-  const frame = { id: null, event: "message", data: "" };
-  let hasData = false;
-  for (const line of block.split("\n")) {
-    if (!line || line.startsWith(":")) continue;
-    const at = line.indexOf(":");
-    const field = at < 0 ? line : line.slice(0, at);
-    let value = at < 0 ? "" : line.slice(at + 1);
-    if (value.startsWith(" ")) value = value.slice(1);
-    if (field === "id") frame.id = value;
-    else if (field === "event") frame.event = value;
-    else if (field === "data") { frame.data += (hasData ? "\n" : "") + value; hasData = true; }
-  }
-  if (!hasData) return null;
-  try { frame.data = JSON.parse(frame.data); } catch (_) { /* keep the text */ }
-  return frame;
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from "./api.js";
+import { $, ACTIVE, ENDS, EV, V, ui } from "./common.js";
+import {
+  editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, toolBoxes,
+} from "./editor.js";
 
 // ---------------------------------------------------------------- connection and lists
 
@@ -470,161 +377,6 @@ function dropStream() {
   if (ui.run && ui.run.reader) ui.run.reader.cancel().catch(() => {});
 }
 
-// ---------------------------------------------------------------- agent editor
-
-const FORM_KEYS = ["kind", "model", "system_prompt", "gen_params", "tools", "max_turn"];
-
-function fillSelect(select, values, current) {
-  const opts = [...values];
-  if (current && !opts.includes(current)) opts.push(current);
-  select.replaceChildren(...opts.map((v) => {
-    const o = document.createElement("option");
-    o.value = v;
-    o.textContent = v;
-    return o;
-  }));
-  if (current) select.value = current;
-}
-
-function fillModelSelect() {
-  fillSelect($("f-model"), ui.models, $("f-model").value || ui.models[0]);
-}
-
-function toolBoxes(selected) {
-  const box = $("f-tools");
-  const legend = box.querySelector("legend");
-  box.replaceChildren(legend, ...V.tools.map((name) => {
-    const label = document.createElement("label");
-    const input = document.createElement("input");
-    input.type = "checkbox";
-    input.value = name;
-    input.checked = selected.includes(name);
-    label.append(input, name);
-    return label;
-  }));
-}
-
-function numberOrNull(id) {
-  const v = $(id).value;
-  return v === "" ? null : Number(v);
-}
-
-// The form's agent: {name, description, spec}; spec keys the form lacks are kept as loaded.
-function formAgent() {
-  const base = ui.formBase || {};
-  const spec = { ...base };
-  for (const k of FORM_KEYS) delete spec[k];
-  spec.kind = $("f-kind").value;
-  spec.model = $("f-model").value;
-  const system = $("f-system").value;
-  if (system) spec.system_prompt = system;
-  const gen = { ...(base.gen_params || {}) };
-  const temperature = numberOrNull("f-temperature");
-  const maxTokens = numberOrNull("f-max-tokens");
-  if (temperature === null) delete gen.temperature; else gen.temperature = temperature;
-  if (maxTokens === null) delete gen.max_new_tokens; else gen.max_new_tokens = maxTokens;
-  if (Object.keys(gen).length) spec.gen_params = gen;
-  const checked = [...$("f-tools").querySelectorAll("input:checked")].map((i) => i.value);
-  const oldTools = base.tools || [];
-  if (checked.length) {
-    spec.tools = checked.map((name) => oldTools.find((t) => t.name === name) || { name });
-  }
-  const maxTurn = numberOrNull("f-max-turn");
-  if (maxTurn !== null) spec.max_turn = maxTurn;
-  const out = { name: $("f-name").value.trim(), spec };
-  const description = $("f-description").value;
-  if (description) out.description = description;
-  return out;
-}
-
-function fillForm(agent) {
-  const spec = agent.spec || {};
-  ui.formBase = spec;
-  $("f-name").value = agent.name || "";
-  $("f-description").value = agent.description || "";
-  fillSelect($("f-kind"), V.kinds, spec.kind || "agent");
-  fillSelect($("f-model"), ui.models, spec.model || ui.models[0]);
-  $("f-system").value = spec.system_prompt || "";
-  const gen = spec.gen_params || {};
-  $("f-temperature").value = gen.temperature ?? "";
-  $("f-max-tokens").value = gen.max_new_tokens ?? "";
-  $("f-max-turn").value = spec.max_turn ?? "";
-  toolBoxes((spec.tools || []).map((t) => t.name));
-}
-
-function editAgent(agent) {
-  ui.editing = agent.name;
-  fillForm(agent);
-  if (jsonMode()) $("f-json").value = JSON.stringify(formAgent(), null, 2);
-  $("agent-save").textContent = "Save version " + (agent.version + 1);
-  $("agent-msg").textContent = "";
-}
-
-function newAgent() {
-  ui.editing = null;
-  fillForm({ name: "", spec: { kind: "agent", model: ui.models[0] } });
-  if (jsonMode()) $("f-json").value = JSON.stringify(formAgent(), null, 2);
-  $("agent-save").textContent = "Create agent";
-  $("agent-msg").textContent = "";
-  showTab("agent");
-}
-
-const jsonMode = () => !$("json-fields").hidden;
-
-function setView(json) {
-  const msg = $("agent-msg");
-  if (json && !jsonMode()) {
-    $("f-json").value = JSON.stringify(formAgent(), null, 2);
-  } else if (!json && jsonMode()) {
-    try {
-      fillForm(JSON.parse($("f-json").value));
-    } catch (err) {
-      msg.textContent = "invalid JSON: " + err.message;
-      msg.className = "msg bad";
-      return;
-    }
-  }
-  $("form-fields").hidden = json;
-  $("json-fields").hidden = !json;
-  $("view-form").setAttribute("aria-pressed", String(!json));
-  $("view-json").setAttribute("aria-pressed", String(json));
-}
-
-async function saveAgent(event) {
-  event.preventDefault();
-  const msg = $("agent-msg");
-  let agent;
-  try {
-    agent = jsonMode() ? JSON.parse($("f-json").value) : formAgent();
-  } catch (err) {
-    msg.textContent = "invalid JSON: " + err.message;
-    msg.className = "msg bad";
-    return;
-  }
-  try {
-    let saved;
-    if (ui.editing && ui.editing === agent.name) {
-      const body = { spec: agent.spec };
-      if (agent.description !== undefined) body.description = agent.description;
-      saved = await api("PUT", "/v1/agents/" + encodeURIComponent(agent.name), body);
-    } else {
-      saved = await api("POST", "/v1/agents", agent);
-    }
-    msg.textContent = "saved " + saved.name + " v" + saved.version;
-    msg.className = "msg ok";
-    const agents = await api("GET", "/v1/agents?limit=100");
-    ui.agents = agents.data;
-    setConn("connected · " + ui.agents.length + " agents", "ok");
-    ui.session = null;
-    await selectAgent(saved.name);
-    msg.textContent = "saved " + saved.name + " v" + saved.version;
-    msg.className = "msg ok";
-  } catch (err) {
-    msg.textContent = err.message;
-    msg.className = "msg bad";
-  }
-}
-
 // ---------------------------------------------------------------- tabs and keys
 
 function showTab(name) {
@@ -636,6 +388,14 @@ function showTab(name) {
   }
   if (name === "memory") refreshMemory().catch(() => {});
 }
+
+hooks.showTab = showTab;
+hooks.afterSave = async (saved) => {
+  ui.agents = (await api("GET", "/v1/agents?limit=100")).data;
+  setConn("connected · " + ui.agents.length + " agents", "ok");
+  ui.session = null;
+  await selectAgent(saved.name);
+};
 
 function wire() {
   $("api-key").value = store.get("key") || "";
