@@ -54,6 +54,7 @@ def scripted_model_config() -> dict[str, Any]:
         "backend": "scripted",
         "replies": CODER_REPLIES,
         "chunk_delay_s": 0.05,
+        "cycle": "conversation",  # each session follows the script: call, then answer
     }
 
 

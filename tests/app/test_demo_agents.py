@@ -20,6 +20,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app import cli
+from app.models.scripted import ScriptedModelLLM
 from app.settings import ModelConfig, Settings
 from tests.app.conftest import KEY_A, KEY_B
 
@@ -128,13 +129,36 @@ async def sandboxed(
             yield c
 
 
-@pytest.mark.kernel
-async def test_the_demo_coder_runs_python_in_the_sandbox(sandboxed: httpx.AsyncClient) -> None:
-    sid = (await sandboxed.post("/v1/sessions", json={"agent": "coder"})).json()["id"]
-    resp = await sandboxed.post(f"/v1/sessions/{sid}/messages", json={"message": "primes?"})
+async def _turn(client: httpx.AsyncClient, sid: str, text: str) -> list[dict[str, Any]]:
+    """One message to a session; the messages the run added to its memory."""
+    before = len((await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"])
+    resp = await client.post(f"/v1/sessions/{sid}/messages", json={"message": text})
     assert resp.status_code == 200, resp.text
     assert resp.json()["run"]["status"] == "completed"
-    assert "primes below 50" in str(resp.json()["message"]["content"])
-    memory = (await sandboxed.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
-    results = " ".join(str(m["content"]) for m in memory)
-    assert "[2, 3, 5, 7, 11, 13" in results  # the kernel's output, the tool result
+    memory: list[dict[str, Any]] = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    return memory[before:]
+
+
+@pytest.mark.kernel
+async def test_the_demo_coder_runs_python_in_the_sandbox(sandboxed: httpx.AsyncClient) -> None:
+    one = (await sandboxed.post("/v1/sessions", json={"agent": "coder"})).json()["id"]
+    two = (await sandboxed.post("/v1/sessions", json={"agent": "coder"})).json()["id"]
+    # Interleaved sessions and a second turn: each turn is call → result → answer.
+    for sid, text in ((one, "primes?"), (two, "primes too?"), (one, "again")):
+        user, call, result, answer = await _turn(sandboxed, sid, text)
+        assert user["content"] == text
+        assert call["formatted"]["action"]["name"] == "IPythonInteractive"
+        assert "[2, 3, 5, 7, 11, 13" in result["content"]  # the kernel's output
+        assert "primes below 50" in answer["content"]
+
+
+def test_a_conversation_cycle_follows_each_conversation() -> None:
+    llm = ScriptedModelLLM(["call", "answer"], cycle="conversation")
+    user: Any = {"role": "user", "content": "hi"}
+    said: Any = {"role": "assistant", "content": "x"}
+    assert llm.next_reply([user]) == "call"
+    assert llm.next_reply([user]) == "call"  # another session: the same step of the script
+    assert llm.next_reply([user, said, user]) == "answer"
+    assert llm.next_reply([user, said, user, said, user]) == "call"
+    with pytest.raises(ValueError, match="cycle"):
+        ScriptedModelLLM(["a"], cycle="random")
