@@ -2,7 +2,8 @@
 import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from "./api.js";
 import { $, ACTIVE, ENDS, EV, V, ui } from "./common.js";
 import {
-  editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, toolBoxes,
+  editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, syncKind,
+  toolBoxes,
 } from "./editor.js";
 
 // ---------------------------------------------------------------- connection and lists
@@ -423,6 +424,7 @@ function wire() {
     if (e.key === "Escape" && !$("cancel").disabled) cancelRun();
   });
   $("agent-form").addEventListener("submit", saveAgent);
+  $("f-kind").addEventListener("change", syncKind);
   $("view-form").addEventListener("click", () => setView(false));
   $("view-json").addEventListener("click", () => setView(true));
   $("memory-refresh").addEventListener("click", () => refreshMemory().catch((e) => note(e.message)));
@@ -438,6 +440,7 @@ function wire() {
   }
   fillSelect($("f-kind"), V.kinds, "agent");
   toolBoxes([]);
+  syncKind();
 }
 
 window.playground = { dropStream, state: ui };

@@ -57,13 +57,15 @@ function formAgent() {
   if (temperature === null) delete gen.temperature; else gen.temperature = temperature;
   if (maxTokens === null) delete gen.max_new_tokens; else gen.max_new_tokens = maxTokens;
   if (Object.keys(gen).length) spec.gen_params = gen;
-  const checked = [...$("f-tools").querySelectorAll("input:checked")].map((i) => i.value);
+  const tools = usesTools();
+  const checked = tools
+    ? [...$("f-tools").querySelectorAll("input:checked")].map((i) => i.value) : [];
   const oldTools = base.tools || [];
   if (checked.length) {
     spec.tools = checked.map((name) => oldTools.find((t) => t.name === name) || { name });
   }
   const maxTurn = numberOrNull("f-max-turn");
-  if (maxTurn !== null) spec.max_turn = maxTurn;
+  if (maxTurn !== null && tools) spec.max_turn = maxTurn;
   const out = { name: $("f-name").value.trim(), spec };
   const description = $("f-description").value;
   if (description) out.description = description;
@@ -83,6 +85,14 @@ function fillForm(agent) {
   $("f-max-tokens").value = gen.max_new_tokens ?? "";
   $("f-max-turn").value = spec.max_turn ?? "";
   toolBoxes((spec.tools || []).map((t) => t.name));
+  syncKind();
+}
+
+// Tools and turns belong to kinds that call tools: hidden (and not sent) for the others.
+const usesTools = () => $("f-kind").value === "tool_agent";
+
+export function syncKind() {
+  $("tool-fields").hidden = !usesTools();
 }
 
 export function editAgent(agent) {

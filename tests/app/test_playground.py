@@ -132,6 +132,10 @@ def test_a_new_user_in_the_playground(page: Any) -> None:
     page.fill("#f-name", "bard")
     page.select_option("#f-model", "poet")
     page.fill("#f-system", "Answer in verse.")
+    expect(page.locator("#f-tools")).to_be_hidden()  # tools belong to tool agents
+    page.select_option("#f-kind", "tool_agent")
+    expect(page.locator("#f-tools")).to_contain_text("IPythonInteractive")
+    page.select_option("#f-kind", "agent")
     page.focus("#agent-save")
     page.keyboard.press("Enter")
     expect(page.locator("#agent-list")).to_contain_text("bard")
