@@ -162,3 +162,12 @@ async def test_demo_assistant_answers_with_the_default_model(gateway: httpx.Asyn
     assert resp.status_code == 200, resp.text
     assert resp.json()["run"]["status"] == "completed"
     assert "Paris" in str(resp.json()["message"]["content"])
+
+
+def test_the_cli_reuses_the_converted_model(default_model_path: Path) -> None:
+    from app.cli import main
+
+    weights = default_model_path / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    assert main(["default-model", "--path", str(default_model_path)]) == 0
+    assert weights.stat().st_mtime_ns == stamp  # converted once, reused after
