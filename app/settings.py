@@ -90,7 +90,8 @@ class Settings(OpsSettings):
     # Runs and streams
     sse_ping_s: float = 15.0
     sse_retry_ms: int = 3000
-    event_flush_s: float = 0.1
+    event_flush_s: float = 0.1  # merged deltas go to live followers at least this often
+    event_store_s: float = Field(default=1.0, ge=0)  # ...and are stored at least this often
     cancel_timeout_s: float = 1.0
     # Outbound URLs agent specs may name beyond public hosts (app.outbound): host names,
     # host:port pairs, CIDR ranges.
