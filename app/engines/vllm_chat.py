@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.llms.vllm import VllmEngine, VllmEngineError
+from agents.llms.vllm_tools import ToolMode, ToolStream
 from app.engines.base import EngineError
 from app.engines.vllm_request import build_plan_parts
-from app.engines.vllm_tools import ToolMode, ToolStream
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "stop", "error": "stop"}
 

@@ -79,11 +79,6 @@ class ModelRegistry:
             log.exception("model %s failed to start", handle.name)
             self.errors[handle.name] = str(exc)
 
-    async def wait_ready(self) -> None:
-        """Wait until every model finished loading (or failed)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
     async def close(self) -> None:
         """Stop loading and release every engine."""
         for task in self._tasks:

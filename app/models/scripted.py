@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
-
-_PIECE = re.compile(r"\s*\S+\s*|\s+")
-
-
-def split_words(text: str) -> list[str]:
-    """Pieces of ``text``: each word with its following whitespace (leading space kept)."""
-    return _PIECE.findall(text)
+from agents.llms.scripted import split_words
 
 
 def count_words(
