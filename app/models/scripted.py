@@ -8,6 +8,8 @@ from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
 from agents.llms.scripted import split_words
+from app.engines.base import ModelHandle
+from app.models.raw import LLMRawBackend
 
 
 def count_words(
@@ -72,3 +74,13 @@ class ScriptedModelLLM(AsyncBaseLLM):
             yield LLMDelta(text=piece)
         usage = Usage(prompt_tokens=count_words(messages), completion_tokens=len(pieces))
         yield LLMDelta(finish_reason=finish, usage=usage)
+
+
+def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
+    """A scripted model (``replies``, ``chunk_delay_s``, optional ``gen_params``)."""
+    llm = ScriptedModelLLM(
+        replies=[str(r) for r in config.get("replies") or []],
+        chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
+        **config.get("gen_params", {}),
+    )
+    return ModelHandle(config["name"], "scripted", llm, LLMRawBackend(llm, config["name"]))
