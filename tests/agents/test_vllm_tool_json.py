@@ -2,7 +2,8 @@
 
 vLLM's JSON grammar (xgrammar) admits raw U+0000-U+001F (but CR, LF) inside strings; the demo
 model on some CPUs puts one in a ``required`` call's argument. It was read as no call at all
-(content, finish_reason "stop": tests/vllm/test_chat.py::test_required_tool_choice_returns_valid_calls).
+(content, finish_reason "stop"): tests/vllm/test_chat.py's
+test_required_tool_choice_returns_valid_calls.
 """
 
 from __future__ import annotations
