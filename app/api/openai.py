@@ -5,15 +5,14 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.routing import APIRoute
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from agents.llms.openai_client import APIConnectionError
-from app.api.sse import SSE_RESPONSES
+from app.api.sse import SSE_RESPONSES, chunk_stream
 from app.deps import (
     AUTHORIZATION_PARAMETER,
     PrincipalDep,
@@ -23,9 +22,8 @@ from app.deps import (
     json_body,
     validated_body,
 )
-from app.engines.base import EngineError
-from app.errors import AppError, BadRequest, NotFound, Unavailable, public_error
-from app.models.encoded import EncodedJSON, dumps, encoded
+from app.errors import BadRequest, NotFound, Unavailable
+from app.models.encoded import EncodedJSON, dumps
 from app.schemas.common import NAME_PATTERN
 from app.schemas.openai import ChatCompletionRequest, inline_json_schema
 from app.services import chat, raw_usage
@@ -207,7 +205,7 @@ async def chat_completions(request: Request) -> Response:
                 state, agent, body, who.tenant_id, budget, split, deltas=body.stream
             )
         if body.stream:
-            return await _sse(chat.chunks(agent.name, pieces, include_usage))
+            return await chunk_stream(chat.chunks(agent.name, pieces, include_usage))
         final = chat.Piece()
         async for piece in pieces:
             final = piece if piece.final else final
@@ -229,7 +227,7 @@ async def chat_completions(request: Request) -> Response:
         chunks = raw_usage.charged_stream(
             state, who.tenant_id, limit, handle.raw.stream(raw_request), include_usage
         )
-        return await _sse(chunks)
+        return await chunk_stream(chunks)
     answer = await handle.raw.complete(raw_request)
     await raw_usage.charge(state, who.tenant_id, limit, answer.get("usage"))
     if isinstance(answer, EncodedJSON):  # an upstream's bytes: passed through, not re-encoded
@@ -246,37 +244,3 @@ router.add_api_route(
     openapi_extra={"parameters": _CHAT_PARAMETERS, "requestBody": _CHAT_BODY},
     route_class_override=RequestOnlyRoute,
 )
-
-
-async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    """``data:`` lines then ``[DONE]``; errors before the first chunk are HTTP errors."""
-    try:
-        first = await anext(chunks)
-    except StopAsyncIteration:
-        first = None
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            if first is not None:
-                yield _data(first)
-            async for chunk in chunks:
-                yield _data(chunk)
-        except Exception as exc:  # headers are sent: report in-stream
-            yield _data({"error": _error(exc)})
-        yield b"data: [DONE]\n\n"
-
-    return StreamingResponse(
-        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-    )
-
-
-def _data(obj: dict[str, Any]) -> bytes:
-    # Pre-encoded chunks (EncodedJSON: scripted/LLM raw streams, proxied upstream events) are
-    # sent as they are; others are encoded compactly here.
-    return b"data: " + encoded(obj) + b"\n\n"
-
-
-def _error(exc: Exception) -> dict[str, Any]:
-    if not isinstance(exc, AppError | EngineError | APIConnectionError):
-        log.exception("chat completion stream failed", exc_info=exc)
-    return public_error(exc)

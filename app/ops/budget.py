@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
+from app.ops.errors import error_envelope
 from app.schemas.common import Int
 
 STOP_REASON = "budget_exceeded"
@@ -35,14 +36,7 @@ class BudgetExceeded(Exception):
 
     def envelope(self) -> dict[str, Any]:
         """The OpenAI error envelope for the 429 response."""
-        return {
-            "error": {
-                "message": str(self),
-                "type": "tokens",
-                "param": None,
-                "code": ERROR_CODE,
-            }
-        }
+        return error_envelope(str(self), "tokens", ERROR_CODE)
 
 
 class BudgetSpec(BaseModel):
