@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.routing import APIRoute
 from starlette.responses import JSONResponse, Response
 
+from app.api.fastpath import RequestOnlyRoute, documented, header_parameter
 from app.api.sse import SSE_RESPONSES, chunk_stream
 from app.deps import (
-    AUTHORIZATION_PARAMETER,
     PrincipalDep,
     StateDep,
     app_state,
@@ -25,7 +22,7 @@ from app.deps import (
 from app.errors import BadRequest, NotFound, Unavailable
 from app.models.encoded import EncodedJSON, dumps
 from app.schemas.common import NAME_PATTERN
-from app.schemas.openai import ChatCompletionRequest, inline_json_schema
+from app.schemas.openai import ChatCompletionRequest
 from app.services import chat, raw_usage
 from app.services.agent_directory import AgentInfo
 from app.state import AppState
@@ -77,31 +74,23 @@ STRATEGY_HEADER = "X-Multitask-Strategy"
 STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 SESSION_ID_PATTERN = re.compile(NAME_PATTERN)  # as Name (schemas.common)
 # What the endpoint reads itself, documented as FastAPI documents a ``Header()`` and a body.
-_CHAT_PARAMETERS: list[dict[str, Any]] = [
-    {
-        "name": SESSION_ID_HEADER,
-        "in": "header",
-        "required": False,
-        "schema": {  # a session id, as session_id_header checks it; empty: none
+_CHAT_DOC = documented(
+    ChatCompletionRequest,
+    header_parameter(
+        SESSION_ID_HEADER,
+        {  # a session id, as session_id_header checks it; empty: none
             "type": "string",
             "maxLength": SESSION_ID_MAX_LENGTH,
             "pattern": f"^({NAME_PATTERN.removeprefix('^').removesuffix('$')})?$",
-            "title": SESSION_ID_HEADER,
         },
-    },
-    {
-        "name": STRATEGY_HEADER,
-        "in": "header",
-        "required": False,
-        "schema": {"type": "string", "enum": list(STRATEGIES)},
-        "description": "With X-Session-Id: what a message to a busy session does",
-    },
-    AUTHORIZATION_PARAMETER,
-]
-_CHAT_BODY: dict[str, Any] = {
-    "required": True,
-    "content": {"application/json": {"schema": inline_json_schema(ChatCompletionRequest)}},
-}
+    ),
+    header_parameter(
+        STRATEGY_HEADER,
+        {"type": "string", "enum": list(STRATEGIES)},
+        "With X-Session-Id: what a message to a busy session does",
+        titled=False,
+    ),
+)
 
 
 def session_id_header(request: Request) -> str | None:
@@ -137,42 +126,6 @@ def strategy_header(request: Request) -> str | None:
             code="invalid_value",
         )
     return value
-
-
-class RequestOnlyRoute(APIRoute):
-    """A route whose endpoint takes only the ``Request`` and returns a ``Response``: called
-    directly, without FastAPI's per-request handler (solving an empty dependency list, building
-    query params, checking the result). The same ASGI wrapping (exception handlers, exit
-    stacks) and OpenAPI entry; an endpoint with any other parameter or dependency (e.g. one
-    added by ``include_router``) gets FastAPI's own handler.
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        d = self.dependant
-        plain = (
-            d.request_param_name is not None
-            and not d.dependencies
-            and not (d.path_params or d.query_params or d.header_params or d.cookie_params)
-            and not d.body_params
-            and d.websocket_param_name is None
-            and d.http_connection_param_name is None
-            and d.response_param_name is None
-            and d.background_tasks_param_name is None
-            and d.security_scopes_param_name is None
-            and inspect.iscoroutinefunction(self.endpoint)
-        )
-        if not plain:
-            return super().get_route_handler()
-        endpoint, name = self.endpoint, d.request_param_name
-        assert name is not None
-
-        async def handler(request: Request) -> Response:
-            response = await endpoint(**{name: request})
-            if not isinstance(response, Response):
-                raise TypeError(f"{self.path}: the endpoint must return a Response")
-            return response
-
-        return handler
 
 
 async def chat_completions(request: Request) -> Response:
@@ -241,6 +194,6 @@ router.add_api_route(
     methods=["POST"],
     response_model=None,
     responses=SSE_RESPONSES,
-    openapi_extra={"parameters": _CHAT_PARAMETERS, "requestBody": _CHAT_BODY},
+    openapi_extra=_CHAT_DOC,
     route_class_override=RequestOnlyRoute,
 )
