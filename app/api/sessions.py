@@ -191,9 +191,10 @@ async def post_message(session_id: str, request: Request) -> Response:
             def on_drop() -> None:
                 runs.cancel_soon(run.id, "client_disconnected")
 
-        return run_event_response(
+        stream: Response = run_event_response(
             runs, run.id, 0, state.settings, on_drop, {"Content-Location": f"/v1/runs/{run.id}"}
         )
+        return stream
     if created:
         await _run_here(runs, run.id, request, body.on_disconnect == "cancel")
     else:  # an earlier request's run (Idempotency-Key)
