@@ -24,7 +24,7 @@ from app.models.registry import ModelRegistry
 from app.openapi import install as install_openapi
 from app.ops.tenant_usage import TenantUsage
 from app.outbound import OutboundPolicy
-from app.runtime.registry import default_registry
+from app.runtime.builders import default_registry
 from app.runtime.runs import RunManager
 from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -20,7 +20,16 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str = Field(min_length=1)
-    backend: Literal["vllm", "openai", "scripted"]
+    backend: str = Field(min_length=1)  # a name in app.models.backends (built in or installed)
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        from app.models.backends import backend_names
+
+        if value not in backend_names():
+            raise ValueError(f"unknown model backend {value!r}; known: {backend_names()}")
+        return value
 
     def options(self) -> dict[str, Any]:
         """Every key of the entry (for backend constructors)."""
