@@ -10,6 +10,8 @@ from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.ext.asyncio import AsyncSession as DbSession
 
+from app.db.sqlite_inline import inline_creator
+
 __all__ = ["DbSession", "create_engine", "create_sessionmaker"]
 
 
@@ -32,8 +34,8 @@ def create_engine(
     pinged first (one round trip; ``0``: before every use, SQLAlchemy's ``pool_pre_ping``), so
     a database restart does not fail the requests that follow it.
     """
-    if url.startswith("sqlite"):
-        kwargs.setdefault("connect_args", {"timeout": 30})
+    if url.startswith("sqlite"):  # statements on the loop's thread: app/db/sqlite_inline.py
+        kwargs.setdefault("async_creator", inline_creator(url))
     else:
         kwargs.setdefault("pool_pre_ping", ping_idle_s <= 0)
         kwargs.setdefault("pool_size", pool_size)
