@@ -9,8 +9,10 @@ concurrency (8, 32): output tokens/s over the round's wall time and TTFT p50 (re
 the first text delta). ``history``: one session's 20 sequential turns; the TTFT of the 20th
 over the 1st shows whether prefix caching carries a session's history from turn to turn.
 
-``python -m bench.engine_sessions [--db sqlite postgres] [--rounds 2]`` (prints JSON rows,
-writes bench/results/engine_sessions.json).
+``python -m bench.engine_sessions [--db sqlite postgres] [--rounds 2] [--baseline DIR]``
+(prints JSON rows, writes bench/results/engine_sessions.json). ``--baseline DIR``: another
+checkout's gateway (e.g. ``git worktree add /tmp/base <commit>``) measured in the same rounds,
+alternating with this one and vLLM, for a side-by-side ratio.
 """
 
 from __future__ import annotations
@@ -45,11 +47,19 @@ GOAL_TTFT_ADDED_MS = 5.0
 GOAL_HISTORY_RATIO = 1.5
 
 
-def session_gateway(model_dir: Path, db: str) -> ServerProcess:
-    """``agentstation serve`` with the demo model on SQLite or the bench PostgreSQL database."""
+def session_gateway(model_dir: Path, db: str, tree: Path | None = None) -> ServerProcess:
+    """``agentstation serve`` with the demo model on SQLite or a fresh bench PostgreSQL
+    database; ``tree``: another checkout's ``app`` (the baseline of a side-by-side run)."""
     model = {"name": "demo", "backend": "vllm", "path": str(model_dir), "engine": ENGINE}
-    url = reset_postgres_db("agentstation_bench_engine") if db == "postgres" else None
-    server = gateway_server(f"gateway-{db}", [model], url, **ENGINE_ENV)
+    suffix = "_base" if tree is not None else ""
+    url = reset_postgres_db("agentstation_bench_engine" + suffix) if db == "postgres" else None
+    env = dict(ENGINE_ENV)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    name = f"gateway-{db}" + ("-baseline" if tree is not None else "")
+    server = gateway_server(name, [model], url, **env)
+    if tree is not None:
+        server.cwd = tree
     server.ready_timeout_s = START_TIMEOUT_S
     return server
 
@@ -132,40 +142,50 @@ async def history(url: str) -> dict[str, float]:
     return {"first_ms": 1000 * ttfts[0], "last_ms": 1000 * ttfts[-1]}
 
 
-def measure(vllm_url: str, gw_url: str, db: str, rounds: int, per_worker: int) -> list[Any]:
+def measure(
+    vllm_url: str, gateways: dict[str, str], db: str, rounds: int, per_worker: int
+) -> list[dict[str, Any]]:
+    """Rounds alternate vLLM and each gateway (``gateway``, and ``baseline`` if given)."""
     rows: list[dict[str, Any]] = []
+    targets = {"vllm": vllm_url, **gateways}
     for c in CONCURRENCY:
         best: dict[str, dict[str, Any]] = {}
         for _ in range(rounds):
-            for name, url in (("vllm", vllm_url), ("gateway", gw_url)):  # alternate
-                got = asyncio.run(load_round(url, c, per_worker, sessions=name == "gateway"))
+            for name, url in targets.items():
+                got = asyncio.run(load_round(url, c, per_worker, sessions=name != "vllm"))
                 if name not in best or got["tok_s"] > best[name]["tok_s"]:
                     best[name] = got
-        gw, vl = best["gateway"], best["vllm"]
-        if gw["tokens"] != vl["tokens"]:
-            raise RuntimeError(f"different work at concurrency {c}: {gw} vs {vl}")
+        vl = best["vllm"]
+        row: dict[str, Any] = {
+            "db": db,
+            "concurrency": c,
+            "vllm_tok_s": round(vl["tok_s"], 1),
+            "vllm_ttft_p50_ms": round(vl["ttft_p50_ms"], 1),
+        }
+        for name in gateways:
+            gw = best[name]
+            # Same prompts at temperature 0; batch-dependent numerics may end a few answers
+            # early (an EOS), on either side: tokens/s is per token generated.
+            if abs(gw["tokens"] - vl["tokens"]) > 0.05 * vl["tokens"]:
+                raise RuntimeError(f"different work at concurrency {c}: {gw} vs {vl}")
+            prefix = "sessions" if name == "gateway" else name
+            row[f"{prefix}_tok_s"] = round(gw["tok_s"], 1)
+            row[f"{prefix}_tok_s_ratio"] = round(gw["tok_s"] / vl["tok_s"], 3)
+            row[f"{prefix}_ttft_p50_ms"] = round(gw["ttft_p50_ms"], 1)
+            row[f"{prefix}_ttft_added_ms"] = round(gw["ttft_p50_ms"] - vl["ttft_p50_ms"], 1)
+        rows.append(row)
+    for name, url in gateways.items():
+        h = asyncio.run(history(url))
         rows.append(
             {
                 "db": db,
-                "concurrency": c,
-                "vllm_tok_s": round(vl["tok_s"], 1),
-                "sessions_tok_s": round(gw["tok_s"], 1),
-                "tok_s_ratio": round(gw["tok_s"] / vl["tok_s"], 3),
-                "vllm_ttft_p50_ms": round(vl["ttft_p50_ms"], 1),
-                "sessions_ttft_p50_ms": round(gw["ttft_p50_ms"], 1),
-                "ttft_added_ms": round(gw["ttft_p50_ms"] - vl["ttft_p50_ms"], 1),
+                "server": name,
+                "history_turns": HISTORY_TURNS,
+                "ttft_first_ms": round(h["first_ms"], 1),
+                "ttft_last_ms": round(h["last_ms"], 1),
+                "ratio": round(h["last_ms"] / h["first_ms"], 2),
             }
         )
-    h = asyncio.run(history(gw_url))
-    rows.append(
-        {
-            "db": db,
-            "history_turns": HISTORY_TURNS,
-            "ttft_first_ms": round(h["first_ms"], 1),
-            "ttft_last_ms": round(h["last_ms"], 1),
-            "ratio": round(h["last_ms"] / h["first_ms"], 2),
-        }
-    )
     return rows
 
 
@@ -178,19 +198,19 @@ def goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 {
                     "goal": f"tokens/s vs vLLM ({tag})",
                     "target": f">= {GOAL_TOK_S_RATIO}x",
-                    "measured": r["tok_s_ratio"],
-                    "met": r["tok_s_ratio"] >= GOAL_TOK_S_RATIO,
+                    "measured": r["sessions_tok_s_ratio"],
+                    "met": r["sessions_tok_s_ratio"] >= GOAL_TOK_S_RATIO,
                 }
             )
             out.append(
                 {
                     "goal": f"TTFT p50 added ({tag})",
                     "target": f"<= {GOAL_TTFT_ADDED_MS} ms",
-                    "measured": r["ttft_added_ms"],
-                    "met": r["ttft_added_ms"] <= GOAL_TTFT_ADDED_MS,
+                    "measured": r["sessions_ttft_added_ms"],
+                    "met": r["sessions_ttft_added_ms"] <= GOAL_TTFT_ADDED_MS,
                 }
             )
-        else:
+        elif r["server"] == "gateway":
             out.append(
                 {
                     "goal": f"TTFT turn {HISTORY_TURNS} / turn 1 ({r['db']})",
@@ -207,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", nargs="+", default=["sqlite", "postgres"])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--per-worker", type=int, default=2)
+    parser.add_argument(
+        "--baseline", type=Path, help="another checkout whose gateway runs side by side"
+    )
     args = parser.parse_args(argv)
     os.environ.update(ENGINE_ENV)
     from app.demo_model import build_demo_model
@@ -216,9 +239,15 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
         vl = stack.enter_context(vllm_server(model_dir))
         for db in args.db:
-            with session_gateway(model_dir, db) as gw:
-                http_json("POST", f"{gw.base_url}/v1/agents", AGENT)
-                for row in measure(vl.base_url, gw.base_url, db, args.rounds, args.per_worker):
+            with contextlib.ExitStack() as servers:
+                gateways = {"gateway": servers.enter_context(session_gateway(model_dir, db))}
+                if args.baseline is not None:
+                    base = session_gateway(model_dir, db, args.baseline.resolve())
+                    gateways["baseline"] = servers.enter_context(base)
+                urls = {name: gw.base_url for name, gw in gateways.items()}
+                for url in urls.values():
+                    http_json("POST", f"{url}/v1/agents", AGENT)
+                for row in measure(vl.base_url, urls, db, args.rounds, args.per_worker):
                     print(json.dumps(row), flush=True)
                     rows.append(row)
     result = {
