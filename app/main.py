@@ -108,6 +108,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     recovered = await state.runs.start()
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)
+    from app.services.approvals import ApprovalTimeouts
+
+    timeouts = ApprovalTimeouts(state, settings.approval_check_s)  # runs waiting for a person
+    timeouts.start()
     app.state.agentstation = state
     extra: list[Any] = [hook(state) for hook in app.state.startup_hooks]
     try:
@@ -116,6 +120,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for closer in extra:
             if closer is not None:
                 await closer()
+        await timeouts.aclose()
         await state.tenant_usage.aclose()  # batched tenant usage, before the engine closes
         await state.runs.aclose(settings.shutdown_grace_s)
         await mcp_connections.aclose()  # the sessions' MCP servers (stdio ones are sandboxed)

@@ -92,6 +92,8 @@ class Settings(OpsSettings):
     sse_retry_ms: int = 3000
     event_flush_s: float = 0.1
     cancel_timeout_s: float = 1.0
+    # How often each replica looks for runs waiting for approval past their timeout_s.
+    approval_check_s: float = Field(default=1.0, gt=0, le=3600)
     # Outbound URLs agent specs may name beyond public hosts (app.outbound): host names,
     # host:port pairs, CIDR ranges.
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)

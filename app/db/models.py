@@ -144,6 +144,9 @@ class Run(Base):
     seq_reserved: Mapped[int] = mapped_column(
         sa.Integer(), default=SEQ_BLOCK, server_default=str(SEQ_BLOCK)
     )
+    # A run waiting for a person (status ``requires_action``): its pending tool calls and where
+    # its agent stopped (``app.runtime.approvals``); None otherwise.
+    pending: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(), nullable=True)
 
 
 class RunEvent(Base):
