@@ -53,9 +53,9 @@ WITH msg AS (
 # A run that stops to wait for approval ($9 'requires_action') is not finished: it keeps no
 # finished_at, stores its pending calls ($15) and the last id it sent ($16).
 _END_RUN = """\
-UPDATE runs SET status = $9, stop_reason = $10, output = $11::json, error = $12::json,
+UPDATE runs SET status = $9::text, stop_reason = $10, output = $11::json, error = $12::json,
     prompt_tokens = $13, completion_tokens = $14,
-    finished_at = CASE WHEN $9 = 'requires_action' THEN NULL ELSE $3 END,
+    finished_at = CASE WHEN $9::text = 'requires_action' THEN NULL ELSE $3 END,
     pending = $15::json, seq_reserved = coalesce($16::integer, seq_reserved)
 WHERE id = $2"""
 END = f"{_END_CTES}\n{_END_RUN}"

@@ -537,7 +537,12 @@ class RunManager:
             for row in rows:
                 after = row.seq
                 yield Event(row.seq, row.type, row.data)
-                if ends_stream(row.type):
+                # A pause ends the stream only while the run still waits there: a resumed
+                # run's log goes on after it (Last-Event-ID across the pause).
+                paused_before = row.type == EventType.RUN_REQUIRES_ACTION and (
+                    row is not rows[-1] or (found is not None and found[0] not in WAITING)
+                )
+                if ends_stream(row.type) and not paused_before:
                     return
             if found is None or found[0] in TERMINAL:
                 return
