@@ -28,7 +28,7 @@ from app.errors import AppError, BadRequest, NotFound, Unavailable, public_error
 from app.models.encoded import EncodedJSON, dumps, encoded
 from app.schemas.common import NAME_PATTERN
 from app.schemas.openai import ChatCompletionRequest, inline_json_schema
-from app.services import chat, raw_usage
+from app.services import chat, chat_approvals, raw_usage
 from app.services.agent_directory import AgentInfo
 from app.state import AppState
 
@@ -192,7 +192,15 @@ async def chat_completions(request: Request) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if agent is not None:
         chat.check_agent_params(body)  # 400 for a field an agent cannot honour
-        if x_session_id:
+        tools = chat_approvals.trailing_tool_messages(body.messages) if x_session_id else []
+        if x_session_id and tools:
+            # Decisions about the calls a waiting run of the session asked for (approvals.md).
+            run_id, after = await chat_approvals.resume_from_tool_messages(
+                state, who.tenant_id, agent, x_session_id, tools
+            )
+            hold = chat.holds_turns(agent.spec) or chat.wants_json(body)
+            pieces = chat.run_pieces(state, run_id, hold, body, after)
+        elif x_session_id:
             sub = await chat.session_submission(
                 state, who.tenant_id, agent, x_session_id, body, strategy
             )
@@ -214,7 +222,9 @@ async def chat_completions(request: Request) -> Response:
         # Compact JSON as JSONResponse writes it (same bytes and content type), by the encoder
         # built once rather than one json.dumps encoder per response; FastAPI would first walk
         # the plain dict with jsonable_encoder.
-        reply = chat.completion(agent.name, final.answer, final.usage, final.finish_reason)
+        reply = chat.completion(
+            agent.name, final.answer, final.usage, final.finish_reason, final.tool_calls
+        )
         return Response(dumps(reply), media_type="application/json")
     handle = state.models.get(body.model)
     if handle is None or not who.may_use(body.model):  # a key's model list hides the others
