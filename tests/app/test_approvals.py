@@ -137,6 +137,22 @@ async def test_a_run_waits_and_approval_completes_it_on_the_same_event_log(
     assert strip == [{k: v for k, v in e.items() if k != "retry"} for e in log[paused_at:]]
     usage = (await client.get(f"/v1/runs/{run['id']}")).json()["usage"]
     assert usage["completion_tokens"] > 0
+    metrics = (await client.get("/metrics")).text
+    assert 'agentstation_approval_wait_seconds_count{outcome="resumed"} 1.0' in metrics
+    assert 'agentstation_runs_total{status="requires_action"}' not in metrics
+
+
+async def test_metrics_count_waiting_runs(
+    clients: tuple[httpx.AsyncClient, httpx.AsyncClient],
+) -> None:
+    client, _ = clients
+    await _agent(client)
+    await _waiting(client, await make_session(client, "calc"))
+    for _ in range(100):  # counted by the periodic check (every 0.1 s here)
+        if "agentstation_runs_waiting_approval 1.0" in (await client.get("/metrics")).text:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError((await client.get("/metrics")).text)
 
 
 async def test_deny_and_edit(clients: tuple[httpx.AsyncClient, httpx.AsyncClient]) -> None:
