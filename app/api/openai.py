@@ -208,6 +208,12 @@ async def chat_completions(request: Request) -> Response:
             hold = chat.holds_turns(sub.spec) or chat.wants_json(body)
             pieces = chat.run_pieces(state, run.id, hold, body)
         else:
+            if agent.spec.approval_tools() is not None:
+                raise BadRequest(
+                    f"agent {agent.name!r} waits for approval of tool calls: send "
+                    "X-Session-Id so its run can wait for your decision (docs/approvals.md)",
+                    param="X-Session-Id",
+                )
             chat.check_ready(state, agent.spec)
             split = chat.split_input(body.messages)  # 400 before any byte is streamed
             budget = await chat.preflight_tenant(state, who.tenant_id)  # 429 for a spent budget

@@ -157,6 +157,12 @@ _TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", 
 
 def check_approval(spec: AgentSpec, prefix: str) -> None:
     """Approval pauses a ``tool_agent`` run; other kinds have no tool loop to stop."""
+    if spec.approval_tools() is not None and "." in prefix:
+        raise ValidationFailed(
+            "approval is for the agent a session talks to, not a participant inside it",
+            param=f"{prefix}.approval" if spec.approval is not None else f"{prefix}.tools",
+            code="not_supported",
+        )
     if spec.approval is not None and spec.kind != "tool_agent":
         raise ValidationFailed(
             f"'approval' is for kind 'tool_agent' (this is {spec.kind!r})",

@@ -16,7 +16,7 @@ from agents.memory import load_message as load_memory_message
 from agents.schema import AgentMessage
 from app.db import raw
 from app.db.base import utcnow
-from app.db.models import Run
+from app.db.models import Message, Run
 from app.db.models import Session as SessionRow
 from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
@@ -33,6 +33,7 @@ from app.runtime.messages import dump_message, load_message
 from app.runtime.reads import reading
 from app.runtime.runner import (
     TurnResult,
+    bump_memory_rev,
     load_state,
     merge_state,
     new_rows,
@@ -286,6 +287,9 @@ async def _finish(
     the lock is released after (``SessionLocks.running``), so the next run sees all of it.
     """
     manager.memory.drop(job.session_pk)  # re-added below only after a clean, stored turn
+    if job.resume is not None and turn is None:
+        # A resumed run that keeps nothing: what it stored when it paused goes too.
+        await _drop_paused_messages(manager, job)
     run = job.run
     waits = status == RunStatus.REQUIRES_ACTION
     base_prompt, base_completion = job.resume.tokens if job.resume is not None else (0, 0)
@@ -360,6 +364,14 @@ async def _finish(
         manager.on_finished(run)
     await job.channel.published(event)
     job.done.set()  # stored: the answer need not wait for the session's lock release
+
+
+async def _drop_paused_messages(manager: RunManager, job: Job) -> None:
+    """Delete the messages the run stored when it paused (its memory goes back to before it)."""
+    async with manager.writes.hold(), manager.sessionmaker() as db, db.begin():
+        dropped = await db.execute(sa.delete(Message).where(Message.run_id == job.run_id))
+        if getattr(dropped, "rowcount", 0):
+            await bump_memory_rev(db, job.session_pk)
 
 
 async def _store_end_pg(

@@ -21,7 +21,7 @@ from app.runtime.events import gap_event
 from app.runtime.locks import SessionLocks
 from app.runtime.runner import bump_memory_rev
 from app.runtime.writes import WriteGate
-from app.schemas.vocab import ACTIVE, TERMINAL, WAITING, EventType, RunStatus
+from app.schemas.vocab import ACTIVE, TERMINAL, EventType, RunStatus
 
 # Modes that end a run ``cancelled`` (the others: ``interrupted``).
 CANCELLED_MODES = ("cancelled", "rollback", "approval_timeout")
@@ -52,12 +52,13 @@ class Orphans:
             run = await db.get(Run, run_id, with_for_update=True)
             if run is None or run.status in TERMINAL:
                 return False
-            if run.status in WAITING:
-                # Cancelled while it waited for a person: the session's memory goes back to
-                # before the run (its tool-call reply must not stay without a result).
-                await db.execute(sa.delete(Message).where(Message.run_id == run_id))
+            # Messages of a run not yet ended exist only if it waited for a person (stored at
+            # the pause): the session's memory goes back to before the run (a tool-call reply
+            # must not stay without its result).
+            dropped = await db.execute(sa.delete(Message).where(Message.run_id == run_id))
+            if getattr(dropped, "rowcount", 0):
                 await bump_memory_rev(db, run.session_pk)
-                run.pending = None
+            run.pending = None
             run.status = RunStatus.CANCELLED if mode in CANCELLED_MODES else RunStatus.INTERRUPTED
             run.stop_reason, run.finished_at = mode, utcnow()
             stored = (

@@ -259,3 +259,18 @@ async def test_approval_is_for_tool_agents(
     assert (await client.post("/v1/agents", json={"name": "t", "spec": spec})).status_code == 201
     sid = await make_session(client, "t")
     await _waiting(client, sid)
+
+
+async def test_approval_is_for_the_agent_a_session_talks_to(
+    clients: tuple[httpx.AsyncClient, httpx.AsyncClient],
+) -> None:
+    client, _ = clients
+    outer = {"kind": "tool_agent", "model": "calc", "sub_agents": {"inner": SPEC}}
+    resp = await client.post("/v1/agents", json={"name": "outer", "spec": outer})
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["error"]["param"] == "spec.sub_agents.inner.approval"
+    # Statelessly (no X-Session-Id) nothing could wait for a decision: refused.
+    await _agent(client)
+    chat = {"model": "calc", "messages": [{"role": "user", "content": "6*7?"}]}
+    resp = await client.post("/v1/chat/completions", json=chat)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "X-Session-Id"
