@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from app.db.models import Run
-from app.errors import BadRequest
+from app.errors import BadRequest, NotFound
 from app.schemas.openai import ChatMessage
 from app.schemas.vocab import RunStatus
 from app.services.agent_directory import AgentInfo
@@ -68,7 +68,12 @@ async def resume_from_tool_messages(
     """Resume the session's waiting run with the tool messages' decisions; (run id, the last
     event id before it went on: its answer streams from there)."""
     async with state.sessionmaker() as db:
-        row, row_agent = await get_session(db, tenant_id, session_id)
+        try:
+            row, row_agent = await get_session(db, tenant_id, session_id)
+        except NotFound:  # nothing can wait on a session that does not exist
+            raise RunNotWaiting(
+                f"no run of session {session_id!r} waits for tool results", param="messages"
+            ) from None
         if row_agent.id != agent.id:
             raise BadRequest(
                 f"session {session_id!r} belongs to agent {row_agent.name!r}", param="X-Session-Id"
