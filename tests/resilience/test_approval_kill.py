@@ -89,3 +89,33 @@ def test_sigkill_while_waiting_other_replica_postgres(shared_pg_url: str, tmp_pa
     finally:
         one.stop()
         two.stop()
+
+
+def test_a_deadline_passes_across_a_restart(tmp_path: Path) -> None:
+    """``approval.timeout_s`` runs out while no server is up: the next one denies the call."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/deadline.db"
+    first = Service(url, tmp_path, _models()).start()
+    second: Service | None = None
+    try:
+        with first.client(timeout=30) as c:
+            spec = {**SPEC, "approval": {"tools": "all", "timeout_s": 1}}
+            assert c.post("/v1/agents", json={"name": "calc", "spec": spec}).status_code == 201
+            sid = c.post("/v1/sessions", json={"agent": "calc"}).json()["id"]
+            run = c.post(f"/v1/sessions/{sid}/messages", json={"message": "6*7?"}).json()["run"]
+        assert run["status"] == "requires_action"
+        first.kill()
+        time.sleep(1.5)  # the deadline passes with no server up
+        second = Service(url, tmp_path, _models(restarted=True)).start()
+        with second.client(timeout=30) as c:
+            for _ in range(200):
+                run = c.get(f"/v1/runs/{run['id']}").json()
+                if run["status"] == "completed":
+                    break
+                time.sleep(0.05)
+            memory = c.get(f"/v1/sessions/{sid}/memory").json()["memory"]
+        assert run["status"] == "completed", run
+        assert "in time" in str(memory[2]["content"])  # the model read the denial
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
