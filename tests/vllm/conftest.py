@@ -54,3 +54,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if here in item.path.parents:
             item.add_marker(pytest.mark.filterwarnings("ignore::DeprecationWarning"))
             item.add_marker(pytest.mark.filterwarnings("ignore::FutureWarning"))
+
+
+@pytest.fixture(scope="session")
+def default_model_path() -> Path:
+    """SmolLM2-135M-Instruct, converted once into the cache (``make install`` does it first)."""
+    from app.default_model import prepare
+
+    try:
+        return prepare()
+    except Exception as exc:  # offline and never prepared
+        pytest.fail(f"default model not prepared (run `agentstation default-model`): {exc}")

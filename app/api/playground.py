@@ -1,0 +1,78 @@
+"""The playground at ``/``: plain HTML/JS/CSS from app/static (no build step), plus the
+vocabulary the page reads (run statuses, event types, kinds, tools) as a small script.
+
+The page itself holds no secret: the user types an API key, kept in the browser's
+localStorage, and the page calls the /v1 API with it like any client (docs/playground.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, Response
+
+from app.errors import NotFound
+from app.schemas.vocab import ACTIVE, EventType, RunStatus
+
+STATIC = Path(__file__).resolve().parent.parent / "static"
+_FILE = re.compile(r"^[a-z][a-z0-9-]*\.(html|js|css|svg|png)$")
+_TYPES = {
+    "html": "text/html; charset=utf-8",
+    "js": "text/javascript; charset=utf-8",
+    "css": "text/css; charset=utf-8",
+    "svg": "image/svg+xml",
+    "png": "image/png",
+}
+# The page only talks to this origin; nothing may frame it.
+_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+}
+
+router = APIRouter(include_in_schema=False)
+
+
+def _file(name: str) -> FileResponse:
+    path = STATIC / name
+    if not _FILE.match(name) or not path.is_file():
+        raise NotFound(f"no playground file {name!r}", param="name")
+    ext = name.rsplit(".", 1)[1]
+    return FileResponse(path, media_type=_TYPES[ext], headers=_HEADERS)
+
+
+def vocabulary(registry: Any | None) -> dict[str, Any]:
+    """What the page needs to know of the server: event types, statuses, kinds, tools."""
+    return {
+        "events": {e.name: e.value for e in EventType},
+        "endsStream": sorted(e.value for e in EventType if e.ends_stream),
+        "statuses": {s.name: s.value for s in RunStatus},
+        "active": sorted(s.value for s in ACTIVE),
+        "kinds": sorted(registry.kinds) if registry is not None else [],
+        "tools": sorted(registry.tools) if registry is not None else [],
+    }
+
+
+@router.get("/")
+async def index() -> FileResponse:
+    """The playground page."""
+    return _file("index.html")
+
+
+@router.get("/playground/vocab.js")
+async def vocab(request: Request) -> Response:
+    """``window.AGENTSTATION`` = the server's vocabulary (from app.schemas.vocab, the registry)."""
+    state = getattr(request.app.state, "agentstation", None)
+    body = "window.AGENTSTATION = " + json.dumps(vocabulary(getattr(state, "registry", None)))
+    return Response(body + ";\n", media_type=_TYPES["js"], headers=_HEADERS)
+
+
+@router.get("/playground/{name}")
+async def static_file(name: str) -> FileResponse:
+    """A file of the page (app.js, style.css, …)."""
+    return _file(name)

@@ -1,0 +1,448 @@
+// AgentStation playground: plain JavaScript over the /v1 API (docs/api.md, docs/playground.md).
+import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from "./api.js";
+import { $, ACTIVE, ENDS, EV, V, ui } from "./common.js";
+import {
+  editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, syncKind,
+  toolBoxes,
+} from "./editor.js";
+
+// ---------------------------------------------------------------- connection and lists
+
+function setConn(text, cls) {
+  const el = $("conn");
+  el.textContent = text;
+  el.className = "conn " + (cls || "");
+}
+
+async function connect() {
+  try {
+    const [agents, models] = await Promise.all([
+      api("GET", "/v1/agents?limit=100"), api("GET", "/v1/models"),
+    ]);
+    ui.agents = agents.data;
+    ui.models = models.data.filter((m) => m.kind === "model").map((m) => m.id);
+    setConn("connected · " + ui.agents.length + " agents", "ok");
+    renderAgents();
+    fillModelSelect();
+    const saved = store.get("agent");
+    if (saved && ui.agents.some((a) => a.name === saved)) await selectAgent(saved);
+    else if (!ui.editing) newAgent();
+  } catch (err) {
+    setConn(err.status === 401 ? "invalid or missing API key" : "error: " + err.message, "bad");
+    ui.agents = [];
+    renderAgents();
+  }
+}
+
+function listButton(label, sub, current, onClick) {
+  const li = document.createElement("li");
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = label;
+  if (sub) {
+    const s = document.createElement("small");
+    s.textContent = sub;
+    b.appendChild(s);
+  }
+  b.setAttribute("aria-current", current ? "true" : "false");
+  b.addEventListener("click", onClick);
+  li.appendChild(b);
+  return li;
+}
+
+function renderAgents() {
+  const list = $("agent-list");
+  list.replaceChildren(...ui.agents.map((a) =>
+    listButton(a.name, a.spec.kind + " · " + (a.spec.model || "—") + " · v" + a.version,
+               a.name === ui.agent, () => selectAgent(a.name))));
+}
+
+async function selectAgent(name) {
+  ui.agent = name;
+  store.set("agent", name);
+  renderAgents();
+  const agent = ui.agents.find((a) => a.name === name);
+  if (agent) editAgent(agent);
+  $("session-new").disabled = false;
+  await loadSessions();
+}
+
+async function loadSessions() {
+  const list = $("session-list");
+  if (!ui.agent) { list.replaceChildren(); return; }
+  const page = await api("GET", "/v1/sessions?limit=50&agent=" + encodeURIComponent(ui.agent));
+  list.replaceChildren(...page.data.map((s) =>
+    listButton(s.id, new Date(s.created_at).toLocaleString(),
+               s.id === ui.session, () => selectSession(s.id))));
+  const saved = store.get("session");
+  if (!ui.session && saved && page.data.some((s) => s.id === saved)) await selectSession(saved);
+}
+
+async function newSession() {
+  if (!ui.agent) return;
+  const s = await api("POST", "/v1/sessions", { agent: ui.agent });
+  ui.session = null;
+  await selectSession(s.id);
+  $("composer-input").focus();
+}
+
+async function selectSession(id) {
+  detachRun();
+  ui.session = id;
+  store.set("session", id);
+  $("chat-title").textContent = "· " + ui.agent + " / " + id;
+  await loadSessions();
+  const history = await api("GET", "/v1/sessions/" + encodeURIComponent(id) + "/memory");
+  renderHistory(history);
+  showMemory(history);
+  setComposer(true);
+  const runs = await api("GET", "/v1/sessions/" + encodeURIComponent(id) + "/runs?limit=1");
+  const last = runs.data[0];
+  setRunBar(last || null);
+  if (last && ACTIVE.has(last.status)) {
+    // A run still going (after a reload, say): replay its events so far, then follow it.
+    const run = newRun(last.id);
+    run.lastEventId = "0";
+    followRun(run);
+  }
+}
+
+// ---------------------------------------------------------------- transcript
+
+function bubble(kind, who) {
+  const el = document.createElement("div");
+  el.className = "msg-item " + kind;
+  const w = document.createElement("div");
+  w.className = "who";
+  w.textContent = who;
+  const body = document.createElement("div");
+  body.className = "body";
+  el.append(w, body);
+  $("transcript").appendChild(el);
+  scrollDown();
+  return el;
+}
+
+function scrollDown() {
+  const t = $("transcript");
+  t.scrollTop = t.scrollHeight;
+}
+
+function note(text) {
+  const el = bubble("note", "");
+  el.querySelector(".body").textContent = text;
+  return el;
+}
+
+function text(content) {
+  return typeof content === "string" ? content : JSON.stringify(content, null, 2);
+}
+
+// What a complete message is: the user's, a tool call, a tool result, or the agent's text.
+function classify(message) {
+  const f = message.formatted;
+  if (message.sender === "user") return "user";
+  if (f && typeof f === "object" && f.action && f.action.name) return "tool-call";
+  if (f && typeof f === "object" && ("result" in f || "errmsg" in f) && "type" in f) {
+    return "tool-result";
+  }
+  return "assistant";
+}
+
+function pre(content) {
+  const p = document.createElement("pre");
+  p.textContent = content;
+  return p;
+}
+
+// Fill ``el`` (a bubble) with ``message`` rendered by its kind.
+function renderMessage(el, message) {
+  const kind = classify(message);
+  el.className = "msg-item " + kind;
+  const who = el.querySelector(".who");
+  const body = el.querySelector(".body");
+  body.replaceChildren();
+  const f = message.formatted;
+  if (kind === "tool-call") {
+    who.textContent = message.sender + " calls " + f.action.name;
+    const params = f.action.parameters || {};
+    const code = params.command || params.code;
+    if (f.thought) body.appendChild(document.createTextNode(f.thought));
+    body.appendChild(pre(typeof code === "string" ? code : text(params)));
+  } else if (kind === "tool-result") {
+    const failed = Boolean(f.errmsg) || (f.state !== undefined && f.state !== 0);
+    if (failed) el.classList.add("error");
+    who.textContent = (f.type || "tool") + (failed ? " failed" : " result");
+    const parts = (f.result || []).map((r) => (typeof r === "object" ? text(r.content) : text(r)));
+    if (f.errmsg) parts.push(f.errmsg);
+    body.appendChild(pre(parts.join("\n") || text(message.content)));
+  } else {
+    who.textContent = message.sender || "agent";
+    body.textContent = text(message.content);
+  }
+  scrollDown();
+}
+
+function renderHistory(state) {
+  const t = $("transcript");
+  t.replaceChildren();
+  const key = "memory" in state ? "memory" : Object.keys(state)[0];
+  const messages = (state && state[key]) || [];
+  for (const m of messages) renderMessage(bubble("assistant", ""), m);
+  if (!messages.length) note("No messages yet. Say something.");
+}
+
+function showMemory(state) {
+  $("memory-view").textContent = JSON.stringify(state, null, 2);
+}
+
+async function refreshMemory() {
+  if (!ui.session) return;
+  showMemory(await api("GET", "/v1/sessions/" + encodeURIComponent(ui.session) + "/memory"));
+}
+
+// ---------------------------------------------------------------- runs
+
+function newRun(id) {
+  const run = { id, lastEventId: null, status: null, bubbles: {}, reader: null, detached: false };
+  ui.run = run;
+  return run;
+}
+
+function detachRun() {
+  const run = ui.run;
+  if (!run) return;
+  run.detached = true;
+  if (run.reader) run.reader.cancel().catch(() => {});
+  ui.run = null;
+}
+
+function setRunBar(run) {
+  const badge = $("run-status");
+  badge.textContent = run ? run.status : "no run";
+  badge.dataset.status = run ? run.status : "";
+  const u = run && run.usage;
+  $("run-usage").textContent = u
+    ? u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens"
+    : "";
+  $("run-usage").title = u ? "usage: prompt, completion and total tokens" : "";
+  $("run-id").textContent = run ? run.id.slice(0, 12) + "…" : "";
+  $("run-id").title = run ? run.id : "";
+  const active = Boolean(run && ACTIVE.has(run.status));
+  $("cancel").disabled = !active;
+  $("send").disabled = active || !ui.session;
+}
+
+function setComposer(enabled) {
+  $("composer-input").disabled = !enabled;
+  $("send").disabled = !enabled;
+}
+
+function handleEvent(run, frame) {
+  const d = frame.data;
+  switch (frame.event) {
+    case EV.RUN_CREATED: {
+      run.id = d.run.id;
+      run.status = d.run.status;
+      setRunBar(d.run);
+      if (!run.sentText && d.run.input) renderMessage(bubble("user", "user"), d.run.input);
+      break;
+    }
+    case EV.MESSAGE_DELTA: {
+      let el = run.bubbles[d.index];
+      if (!el) {
+        el = run.bubbles[d.index] = bubble("assistant streaming", d.sender || "agent");
+      }
+      el.querySelector(".body").append(d.delta);
+      scrollDown();
+      break;
+    }
+    case EV.MESSAGE: {
+      let el = run.bubbles[d.index];
+      if (!el) el = run.bubbles[d.index] = bubble("assistant", "");
+      renderMessage(el, d.message);
+      break;
+    }
+    case EV.RUN_GAP:
+      note("events " + d.from_id + "–" + d.to_id + " were lost (" + d.reason + ")");
+      break;
+    case EV.RUN_COMPLETED:
+    case EV.RUN_FAILED:
+    case EV.RUN_CANCELLED: {
+      run.status = d.run.status;
+      setRunBar(d.run);
+      for (const el of Object.values(run.bubbles)) el.classList.remove("streaming");
+      if (d.error) note("run failed: " + (d.error.message || text(d.error)));
+      else if (frame.event === EV.RUN_CANCELLED) note("run " + d.run.status);
+      break;
+    }
+    case EV.ERROR:
+      note("stream error: " + (d.error ? d.error.message : text(d)));
+      break;
+    default:
+      renderApproval(run, frame);
+  }
+}
+
+// TODO(approvals): approvals are built in parallel; when their event (a tool call waiting for
+// approval) arrives, render Approve / Deny / Edit buttons into #approvals here and POST the
+// decision. Until then an unknown event is only shown as a note.
+function renderApproval(run, frame) {
+  note("event " + frame.event + ": " + text(frame.data));
+}
+
+// Read frames until the run's final event; true when it came.
+async function readEvents(run, resp) {
+  for await (const frame of sseFrames(resp, run)) {
+    if (frame.id) {
+      run.lastEventId = frame.id;
+      store.set("lastEventId." + run.id, frame.id);
+    }
+    handleEvent(run, frame);
+    if (ENDS.has(frame.event)) return true;
+  }
+  return false;
+}
+
+// Follow a run to its end, resuming a dropped stream with Last-Event-ID.
+async function followRun(run, firstResponse) {
+  let resp = firstResponse || null;
+  let delay = 250;
+  for (let attempt = 0; !run.detached; attempt++) {
+    try {
+      if (!resp) {
+        const headers = { ...authHeaders() };
+        if (run.lastEventId != null) headers["Last-Event-ID"] = run.lastEventId;
+        resp = await fetch("/v1/runs/" + encodeURIComponent(run.id) + "/events", { headers });
+        if (!resp.ok) throw await apiError(resp);
+        if (attempt > 0) note("stream resumed after event " + run.lastEventId);
+      }
+      const ended = await readEvents(run, resp);
+      resp = null;
+      if (ended) break;
+    } catch (err) {
+      resp = null;
+      if (err instanceof ApiError && err.status < 500) { note("cannot follow the run: " + err.message); break; }
+    }
+    if (run.detached) return;
+    note("stream dropped; resuming from event " + run.lastEventId + "…");
+    await sleep(delay);
+    delay = Math.min(delay * 2, 5000);
+  }
+  if (!run.detached) {
+    store.set("lastEventId." + run.id, null);
+    await Promise.all([refreshMemory(), loadSessions()]).catch(() => {});
+  }
+}
+
+async function send(message) {
+  if (!ui.session || !message.trim()) return;
+  detachRun();
+  const transcript = $("transcript");
+  if (transcript.querySelector(".note") && transcript.children.length === 1) transcript.replaceChildren();
+  renderMessage(bubble("user", "user"), { sender: "user", content: message });
+  $("composer-input").value = "";
+  $("send").disabled = true;
+  const run = newRun(null);
+  run.sentText = message;
+  try {
+    const resp = await fetch("/v1/sessions/" + encodeURIComponent(ui.session) + "/messages", {
+      method: "POST",
+      headers: { ...authHeaders(), "Content-Type": "application/json" },
+      // continue: a dropped connection leaves the run going; the page resumes its events.
+      body: JSON.stringify({ message, stream: true, on_disconnect: "continue" }),
+    });
+    if (!resp.ok) throw await apiError(resp);
+    const where = resp.headers.get("Content-Location");
+    if (where) run.id = where.split("/").pop();
+    await followRun(run, resp);
+  } catch (err) {
+    note("could not send: " + err.message);
+    setRunBar(null);
+  }
+}
+
+async function cancelRun() {
+  const run = ui.run;
+  if (!run || !run.id || !ACTIVE.has(run.status)) return;
+  $("cancel").disabled = true;
+  try {
+    setRunBar(await api("POST", "/v1/runs/" + encodeURIComponent(run.id) + "/cancel"));
+  } catch (err) {
+    note("cancel failed: " + err.message);
+  }
+}
+
+// For tests and the curious: drop the live stream as a network failure would.
+function dropStream() {
+  if (ui.run && ui.run.reader) ui.run.reader.cancel().catch(() => {});
+}
+
+// ---------------------------------------------------------------- tabs and keys
+
+function showTab(name) {
+  for (const tab of ["agent", "memory"]) {
+    const on = tab === name;
+    $("tab-" + tab).setAttribute("aria-selected", String(on));
+    $("tab-" + tab).tabIndex = on ? 0 : -1;
+    $("pane-" + tab).hidden = !on;
+  }
+  if (name === "memory") refreshMemory().catch(() => {});
+}
+
+hooks.showTab = showTab;
+hooks.afterSave = async (saved) => {
+  ui.agents = (await api("GET", "/v1/agents?limit=100")).data;
+  setConn("connected · " + ui.agents.length + " agents", "ok");
+  ui.session = null;
+  await selectAgent(saved.name);
+};
+
+function wire() {
+  $("api-key").value = store.get("key") || "";
+  $("key-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    store.set("key", $("api-key").value.trim() || null);
+    ui.agent = null;
+    ui.session = null;
+    connect();
+  });
+  $("agent-new").addEventListener("click", () => { newAgent(); $("f-name").focus(); });
+  $("session-new").addEventListener("click", () => newSession().catch((e) => note(e.message)));
+  $("composer").addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (!$("send").disabled) send($("composer-input").value);
+  });
+  $("composer-input").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      if (!$("send").disabled) send($("composer-input").value);
+    }
+  });
+  $("cancel").addEventListener("click", cancelRun);
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && !$("cancel").disabled) cancelRun();
+  });
+  $("agent-form").addEventListener("submit", saveAgent);
+  $("f-kind").addEventListener("change", syncKind);
+  $("view-form").addEventListener("click", () => setView(false));
+  $("view-json").addEventListener("click", () => setView(true));
+  $("memory-refresh").addEventListener("click", () => refreshMemory().catch((e) => note(e.message)));
+  for (const tab of ["agent", "memory"]) {
+    $("tab-" + tab).addEventListener("click", () => showTab(tab));
+    $("tab-" + tab).addEventListener("keydown", (e) => {
+      if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+        const other = tab === "agent" ? "memory" : "agent";
+        showTab(other);
+        $("tab-" + other).focus();
+      }
+    });
+  }
+  fillSelect($("f-kind"), V.kinds, "agent");
+  toolBoxes([]);
+  syncKind();
+}
+
+window.playground = { dropStream, state: ui };
+wire();
+connect();

@@ -1,0 +1,15 @@
+// Shared by the playground's modules: the server's vocabulary, the page state, $.
+export const V = window.AGENTSTATION; // event types, statuses, kinds, tools (/playground/vocab.js)
+export const EV = V.events;
+export const ENDS = new Set(V.endsStream);
+export const ACTIVE = new Set(V.active);
+export const $ = (id) => document.getElementById(id);
+
+export const ui = {
+  agents: [],          // GET /v1/agents
+  models: [],          // raw model names (GET /v1/models, kind "model")
+  agent: null,         // the selected agent's name
+  session: null,       // the selected session's id
+  editing: null,       // the agent being edited (null: a new one)
+  run: null,           // the followed run: {id, lastEventId, status, bubbles, reader, detached}
+};
