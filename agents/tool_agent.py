@@ -112,7 +112,11 @@ class _ToolLoop(BaseAgent):
             code = parsed["status"] == 1 and isinstance(parsed["action"], str)
             decision: Decision | None = None
             call = self.pending_call(reply)
-            if call is not None:
+            if call is not None and not self.executor.reviewable(call):
+                # Nothing would run (an unknown tool, arguments its schema rejects): the model
+                # reads the error now, no person is asked.
+                decision = Decision.approve()
+            elif call is not None:
                 answer = await self.executor.review(call, session_id)
                 if answer == PAUSE:
                     self.pending[session_id] = PendingApproval([call], turn, code)

@@ -152,16 +152,25 @@ class _Executor:
         return await ask(self.approval, call, session_id)
 
     def check_arguments(self, name: str, arguments: Any) -> dict[str, Any]:
-        """``arguments`` checked against the tool's schema (an unknown tool passes as is);
-        raises ``ArgumentError`` whose ``fields`` name the arguments at fault."""
+        """``arguments`` checked against the tool's schema (a tool or API whose schema is not
+        known here, as an MCP server's, passes as is); raises ``ArgumentError`` whose
+        ``fields`` name the arguments at fault."""
         target = self.resolve(name)
-        if target is None:
-            return dict(arguments or {})
-        action, api = target
-        spec = action.__tool_apis__.get(api)
+        spec = target[0].__tool_apis__.get(target[1]) if target is not None else None
         if spec is None:
-            raise ArgumentError(f"tool '{action.name}' has no API '{api}'", ["name"])
+            return dict(arguments) if isinstance(arguments, dict) else {"input": arguments}
         return spec.validate(_parse_arguments(arguments, spec, name), name)
+
+    def reviewable(self, call: PendingCall) -> bool:
+        """Whether ``call`` is one a person should decide about: False for an unknown tool or
+        arguments the tool's schema rejects (nothing would run; the model reads the error)."""
+        if self.resolve(call.name) is None:
+            return False
+        try:
+            self.check_arguments(call.name, call.arguments)
+        except ArgumentError:
+            return False
+        return True
 
     async def run_decided(
         self, call: PendingCall, decision: Decision, session_id: str | int = 0
