@@ -158,7 +158,7 @@ def test_sync_tool_agent_pauses_and_resumes() -> None:
 async def test_calls_that_cannot_run_never_wait() -> None:
     bad = '```json\n{"name": "IPythonInteractive", "parameters": {"nope": 1}}\n```\n'
     unknown = '```json\n{"name": "Nope", "parameters": {}}\n```\n'
-    agent, kernel, llm = _agent([bad, unknown, "Gave up."], hook=RequireApproval("all"))
+    agent, kernel, _ = _agent([bad, unknown, "Gave up."], hook=RequireApproval("all"))
     reply = await agent("go", session_id="z")
     assert reply.content == "Gave up." and agent.pending == {} and kernel.calls == []
     errors = [str(m["content"]) for m in agent.state_dict("z")["memory"][2::2]]
