@@ -274,3 +274,56 @@ async def test_approval_is_for_the_agent_a_session_talks_to(
     chat = {"model": "calc", "messages": [{"role": "user", "content": "6*7?"}]}
     resp = await client.post("/v1/chat/completions", json=chat)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "X-Session-Id"
+
+
+async def test_cancel_put_memory_and_racing_decisions(
+    clients: tuple[httpx.AsyncClient, httpx.AsyncClient],
+) -> None:
+    client, _ = clients
+    await _agent(client)
+    sid = await make_session(client, "calc")
+    run = await _waiting(client, sid)
+    put = await client.put(f"/v1/sessions/{sid}/memory", json={"memory": []})
+    assert put.status_code == 409 and put.json()["error"]["code"] == "session_busy"
+    cancelled = (await client.post(f"/v1/runs/{run['id']}/cancel")).json()
+    assert cancelled["status"] == "cancelled" and cancelled["required_action"] is None
+    assert await _memory(client, sid) == []  # as before the run
+
+    sid = await make_session(client, "calc")
+    done = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
+    assert done.json()["run"]["status"] == "completed"  # the script's answer, then a call
+    run = await _waiting(client, sid)
+    decision = {
+        "decisions": [{"id": run["required_action"]["tool_calls"][0]["id"], "action": "approve"}]
+    }
+    url = f"/v1/runs/{run['id']}/resume"
+    answers = await asyncio.gather(*[client.post(url, json=decision) for _ in range(3)])
+    assert sorted(a.status_code for a in answers) == [202, 409, 409]
+    assert (await _until_final(client, run["id"]))["status"] == "completed"
+
+
+async def test_a_resumed_run_may_wait_again(settings_factory: Callable[..., Settings]) -> None:
+    twice = {**CALC, "name": "calc", "replies": [_call("6 * 7"), _call("42 + 1"), "It is 43."]}
+    app = create_app(settings_factory(models=json.dumps([*MODELS, twice])))
+    async with LifespanManager(app):
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://a", headers=headers
+        ) as c:
+            await _agent(c)
+            sid = await make_session(c, "calc")
+            run = await _waiting(c, sid)
+            url = f"/v1/runs/{run['id']}/resume"
+            for expression in ("6 * 7", "42 + 1"):
+                got = (await c.get(f"/v1/runs/{run['id']}")).json()
+                call = got["required_action"]["tool_calls"][0]
+                assert call["arguments"] == {"expression": expression}
+                body = {"decisions": [{"id": call["id"], "action": "approve"}], "stream": True}
+                frames = parse_sse((await c.post(url, json=body)).text)
+            assert frames[-1]["event"] == "run.completed"
+            assert frames[-1]["data"]["run"]["output"]["content"] == "It is 43."
+            log = parse_sse((await c.get(f"/v1/runs/{run['id']}/events")).text)
+    assert [int(e["id"]) for e in log] == list(range(1, len(log) + 1))
+    assert [e["event"] for e in log].count("run.requires_action") == 2
+    assert log[-1]["event"] == "run.completed"
