@@ -19,7 +19,7 @@ from agents.actions.approval import Decision, PendingApproval
 from agents.actions.signature import ArgumentError
 from app.db.base import transient, utcnow
 from app.db.models import Run, RunEvent
-from app.errors import Conflict, NotFound, Unavailable, ValidationFailed
+from app.errors import NotFound, RunNotWaiting, Unavailable, ValidationFailed
 from app.runtime.approvals import Resumption, parse_time, timeout_decisions, waited_s
 from app.runtime.events import Event
 from app.runtime.reads import reading
@@ -32,12 +32,6 @@ from app.state import AppState
 log = logging.getLogger(__name__)
 RUNS = cast(sa.Table, Run.__table__)
 TIMEOUT_CHECK_S = 1.0  # how often a replica looks for waiting runs past their deadline
-
-
-class RunNotWaiting(Conflict):
-    """409: the run does not wait for a decision (it ran on, ended, or was resumed)."""
-
-    code = "run_not_waiting"
 
 
 def _not_waiting(run_id: str, status: str) -> RunNotWaiting:

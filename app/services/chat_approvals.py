@@ -17,11 +17,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from app.db.models import Run
-from app.errors import BadRequest, NotFound
+from app.errors import BadRequest, NotFound, RunNotWaiting
 from app.schemas.openai import ChatMessage
 from app.schemas.vocab import RunStatus
 from app.services.agent_directory import AgentInfo
-from app.services.approvals import RunNotWaiting, resume_run
+from app.services.approvals import resume_run
 from app.services.sessions import get_session
 from app.state import AppState
 
