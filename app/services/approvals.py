@@ -52,9 +52,10 @@ async def resume_run(
         row = await get_run(db, tenant_id, run_id)  # 404: unknown or another tenant's
         if row.status != RunStatus.REQUIRES_ACTION or not row.pending:
             raise _not_waiting(run_id, row.status)
-        _, agent_name, spec, _, _ = await _lookup(db, tenant_id, row.session_id)
+        session, agent_name, spec, _, _ = await _lookup(db, tenant_id, row.session_id)
         stored = dict(row.pending)
-    spec = await pinned_spec(state.engine, state.sessionmaker, tenant_id, spec, None)
+    # Stored agents it names: their versions when the session started (as for its messages).
+    spec = await pinned_spec(state.engine, state.sessionmaker, tenant_id, spec, session.created_at)
     for model in sorted(spec.model_names()):
         handle = state.models.get(model)
         if handle is None or not handle.ready:
