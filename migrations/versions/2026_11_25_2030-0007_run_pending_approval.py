@@ -81,14 +81,22 @@ DROP_OLD = (
 )
 
 
+WAITING = sa.text("status = 'requires_action'")
+
+
 def upgrade() -> None:
     op.add_column("runs", sa.Column("pending", sa.JSON(), nullable=True))
+    # Each replica's approval deadline check reads the waiting runs every second or so.
+    op.create_index(
+        "ix_runs_waiting", "runs", ["status"], postgresql_where=WAITING, sqlite_where=WAITING
+    )
     if op.get_context().dialect.name == "postgresql":
         op.execute(DROP_OLD)
         op.execute(ADMIT)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_runs_waiting", table_name="runs")
     if op.get_context().dialect.name == "postgresql":
         op.execute(DROP_NEW)
         path = Path(__file__).with_name("2026_11_24_2010-0004_admit_function.py")
