@@ -265,8 +265,8 @@ class RunManager:
     async def writing_memory(self, session_pk: str, session_id: str) -> AsyncIterator[AsyncSession]:
         """A transaction that may replace the session's memory (PUT, reset), admitted like a
         run: under the session's admission lock (on PostgreSQL across replicas), and refused
-        with 409 ``session_busy`` while a run of the session is queued or running, so a turn
-        never loads, or appends to, a memory replaced under it."""
+        with 409 ``session_busy`` while a run of the session is queued, running or waiting for
+        approval, so a turn never loads, or appends to, a memory replaced under it."""
         for attempt in (1, 2):
             async with self.locks.admission(session_pk):
                 async with self.writes.hold(), self.sessionmaker() as db, db.begin():
