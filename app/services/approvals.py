@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -202,11 +203,15 @@ class ApprovalTimeouts:
         self._task = asyncio.create_task(self._loop(), name="approval-timeouts")
 
     async def _loop(self) -> None:
+        warned = 0.0
         while True:
             try:
                 await check_timeouts(self.state)
-            except Exception:  # a database outage: try again next time
-                log.warning("checking approval timeouts failed", exc_info=True)
+            except Exception:  # a database outage: try again next time (one warning a minute)
+                now = time.monotonic()
+                if now - warned >= 60:
+                    warned = now
+                    log.warning("checking approval timeouts failed", exc_info=True)
             await asyncio.sleep(self.every_s)
 
     async def aclose(self) -> None:
