@@ -112,7 +112,8 @@ class _ToolLoop(BaseAgent):
             code = parsed["status"] == 1 and isinstance(parsed["action"], str)
             decision: Decision | None = None
             call = self.pending_call(reply)
-            if call is not None and not self.executor.reviewable(call):
+            reviewable = getattr(self.executor, "reviewable", None)
+            if call is not None and reviewable is not None and not reviewable(call):
                 # Nothing would run (an unknown tool, arguments its schema rejects): the model
                 # reads the error now, no person is asked.
                 decision = Decision.approve()
@@ -143,6 +144,7 @@ class _ToolLoop(BaseAgent):
             not _is_call(parsed)
             or parsed["status"] != 1
             or getattr(self.executor, "approval", None) is None
+            or not callable(getattr(self.executor, "review", None))
         ):
             return None
         content = tool_call(self.executor, parsed, self.code_parameter)
