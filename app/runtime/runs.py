@@ -463,7 +463,7 @@ class RunManager:
         job = self.jobs.get(run_id)
         if job is None and await self._waiting(run_id):
             # Nobody runs it: close it here (a concurrent resume claims it, or finds it closed).
-            if await self.orphans.close(run_id, mode):
+            if await self.orphans.close(run_id, mode, waiting_only=True):
                 return
             job = self.jobs.get(run_id)  # resumed meanwhile, here or elsewhere
         if job is None:

@@ -174,8 +174,10 @@ async def check_timeouts(state: AppState) -> int:
             continue
         try:
             if (pending or {}).get("on_timeout") == "cancel":
-                await state.run_manager.cancel(run_id, "approval_timeout")
-                state.run_manager.on_approval_decided(waited_s(pending), "timeout_cancelled")
+                # Only while it still waits: a run a person resumed meanwhile goes on.
+                runs = state.run_manager
+                if await runs.orphans.close(run_id, "approval_timeout", waiting_only=True):
+                    runs.on_approval_decided(waited_s(pending), "timeout_cancelled")
             else:
                 denials = [
                     {"id": call_id, "action": "deny", "message": d.message}
