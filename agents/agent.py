@@ -18,7 +18,7 @@ from typing import Any
 from agents.aggregator import DefaultAggregator, SystemInstruction
 from agents.hooks import Hook, RemovableHandle, apply_hooks
 from agents.llms.base import AsyncBaseLLM
-from agents.memory import Memory, MemoryManager, MemorySpec, SessionId, _load_message
+from agents.memory import Memory, MemoryManager, MemorySpec, SessionId, load_message
 from agents.schema import AgentMessage, AgentStatusCode
 
 MessageInput = AgentMessage | str | list[AgentMessage | str]
@@ -129,7 +129,7 @@ class BaseAgent:
         if extra:
             warnings.warn(f"Mismatch keys which are not used: {sorted(extra)}", stacklevel=2)
         # Validate everything before touching any memory, so a bad dump changes nothing.
-        loaded = {key: [_load_message(m) for m in state[key] or []] for key in expected}
+        loaded = {key: [load_message(m) for m in state[key] or []] for key in expected}
         for key, messages in loaded.items():
             node = self._resolve(key.split(".")[:-1])
             assert node.memory is not None

@@ -57,7 +57,7 @@ class Memory:
             memories = [memories]
         if not isinstance(memories, list | tuple):
             raise TypeError(f"{type(memories).__name__} is not supported")
-        loaded = [_load_message(m) for m in memories]
+        loaded = [load_message(m) for m in memories]
         if overwrite:
             self.memory = []
         self.memory.extend(loaded)
@@ -82,23 +82,28 @@ class Memory:
 MemorySpec = Callable[[], Memory] | Memory | dict[str, Any]
 
 
-def load_message(data: dict[str, Any] | AgentMessage) -> AgentMessage:
-    """An ``AgentMessage`` from a dump made by ``Memory.save`` (a message is copied)."""
-    return _load_message(data)
-
-
-def _load_message(data: dict[str, Any] | AgentMessage) -> AgentMessage:
+def load_message(data: dict[str, Any] | str | AgentMessage) -> AgentMessage:
+    """An ``AgentMessage`` from a dump (``Memory.save``, a stored row), a message (copied) or a
+    string (a message from ``user``); keys that are not message fields are ignored."""
     if isinstance(data, AgentMessage):
         return data.model_copy(deep=True)
+    if isinstance(data, str):
+        return AgentMessage(sender="user", content=data)
     if not isinstance(data, dict):
         raise TypeError(f"a message dump must be a dict, got {type(data).__name__}")
-    # lagent stores the class as an import path; never import what stored data names.
-    fields = {k: v for k, v in data.items() if k != "__model_spec__"}
+    # lagent stores the class as an import path (``__model_spec__``); never import what stored
+    # data names: only the message's own fields are read.
+    fields = {k: v for k, v in data.items() if k in _FIELDS}
     state = fields.get("stream_state")
-    if isinstance(state, int) and not isinstance(state, AgentStatusCode | ModelStatusCode):
+    if state is None:
+        fields.pop("stream_state", None)  # the default: END
+    elif isinstance(state, int) and not isinstance(state, AgentStatusCode | ModelStatusCode):
         # A JSON int would validate as ModelStatusCode (first in the union) and print wrong.
         fields["stream_state"] = AgentStatusCode(state)
     return AgentMessage.model_validate(fields)
+
+
+_FIELDS = frozenset(AgentMessage.model_fields)
 
 
 def memory_factory(spec: MemorySpec) -> Callable[[], Memory]:

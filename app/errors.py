@@ -16,6 +16,7 @@ from starlette.routing import Match
 
 from agents.llms.openai_client import APIConnectionError
 from app.engines.base import EngineError
+from app.ops.errors import error_envelope
 from app.ops.logging import get_request_id
 
 log = logging.getLogger(__name__)
@@ -59,16 +60,9 @@ class AppError(Exception):
             self.code = code
         self.headers = headers or {}
 
-    def body(self) -> dict[str, Any]:
-        """The OpenAI error envelope."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+    def body(self, request_id: str | None = None) -> dict[str, Any]:
+        """The OpenAI error envelope (with the request id when given)."""
+        return error_envelope(self.message, self.type, self.code, self.param, request_id)
 
 
 class BadRequest(AppError):
@@ -245,12 +239,12 @@ def public_error(exc: BaseException) -> dict[str, Any]:
         exc = upstream_unavailable(exc)
     if isinstance(exc, EngineError):
         kind = "invalid_request_error" if 400 <= exc.status < 500 else "server_error"
-        error = {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}
+        envelope = error_envelope(exc.message, kind, exc.code, exc.param, get_request_id())
     else:
         if not isinstance(exc, AppError):
             exc = DatabaseUnavailable() if database_unavailable(exc) else internal_error()
-        error = exc.body()["error"]
-    error["request_id"] = get_request_id()
+        envelope = exc.body(get_request_id())
+    error: dict[str, Any] = envelope["error"]
     return error
 
 
@@ -358,10 +352,7 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(DatabaseUnavailable())
         log.exception("unhandled error", exc_info=exc)
         response = internal_error()
-        return JSONResponse(
-            {"error": {**response.body()["error"], "request_id": get_request_id()}},
-            status_code=response.status,
-        )
+        return JSONResponse(response.body(get_request_id()), status_code=response.status)
 
     app.add_exception_handler(AppError, app_error)
     app.add_exception_handler(RequestValidationError, request_invalid)

@@ -24,7 +24,7 @@ from app.models.registry import ModelRegistry
 from app.openapi import install as install_openapi
 from app.ops.tenant_usage import TenantUsage
 from app.outbound import OutboundPolicy
-from app.runtime.registry import default_registry
+from app.runtime.builders import default_registry
 from app.runtime.runs import RunManager
 from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
@@ -102,7 +102,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     _new_sandbox(state)
     sandbox = asyncio.create_task(_start_sandbox(state))
     state.runs = RunManager(
-        engine, sessionmaker, state.build_agent, settings.event_flush_s, settings.cancel_timeout_s
+        engine,
+        sessionmaker,
+        state.build_agent,
+        settings.event_flush_s,
+        settings.cancel_timeout_s,
+        settings.event_store_s,
     )
     # Needs the run manager: agents of one session message another session's agent.
     state.registry.add_tool("SendMessage", partial(SendMessage, state))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -20,7 +20,16 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str = Field(min_length=1)
-    backend: Literal["vllm", "openai", "scripted"]
+    backend: str = Field(min_length=1)  # a name in app.models.backends (built in or installed)
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        from app.models.backends import backend_names
+
+        if value not in backend_names():
+            raise ValueError(f"unknown model backend {value!r}; known: {backend_names()}")
+        return value
 
     def options(self) -> dict[str, Any]:
         """Every key of the entry (for backend constructors)."""
@@ -90,7 +99,8 @@ class Settings(OpsSettings):
     # Runs and streams
     sse_ping_s: float = 15.0
     sse_retry_ms: int = 3000
-    event_flush_s: float = 0.1
+    event_flush_s: float = 0.1  # merged deltas go to live followers at least this often
+    event_store_s: float = Field(default=1.0, ge=0)  # ...and are stored at least this often
     cancel_timeout_s: float = 1.0
     # How often each replica looks for runs waiting for approval past their timeout_s.
     approval_check_s: float = Field(default=1.0, gt=0, le=3600)

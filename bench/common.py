@@ -241,10 +241,6 @@ def gateway_server(
         **env,
     }
     cmd = [str(VENV_BIN / "agentstation"), "serve"]
-    if os.environ.get(
-        "BENCH_GATEWAY_PATCHED"
-    ):  # the hot-spot experiment (bench/patched_gateway.py)
-        cmd = [sys.executable, "-m", "bench.patched_gateway", "serve"]
     return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,8 +9,7 @@ from bench.common import RESULTS_DIR
 
 
 def _file(name: str) -> str:
-    # The patched-gateway experiment must not overwrite the product's plots.
-    return f"{name}-patched.png" if os.environ.get("BENCH_GATEWAY_PATCHED") else f"{name}.png"
+    return f"{name}.png"
 
 
 def _pyplot() -> Any:

@@ -3,7 +3,9 @@
 A backend overrides one of ``astream`` (deltas with usage and finish reason), ``stream_chat``
 (text deltas) or ``chat`` (whole text); the others are derived from it. Stop words are applied
 to the output here, once, for every backend. Token usage goes to the ``usage_scope`` counter
-of the calling task, so a server can account a run's usage without threading it through agents.
+of the calling task, so a server can account a run's usage without threading it through agents;
+checks bound with ``call_guard`` run before every model call of the task (a server's token
+budgets), here in ``astream``, where every backend's generation starts.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +88,25 @@ def record_usage(usage: Usage, finish: str | None = None) -> None:
         counter.add(usage)
         if finish is not None:
             counter.last_finish = finish
+
+
+_call_guards: contextvars.ContextVar[tuple[Callable[[], None], ...]] = contextvars.ContextVar(
+    "agents_call_guards", default=()
+)
+
+
+@contextmanager
+def call_guard(check: Callable[[], None]) -> Iterator[None]:
+    """Run ``check`` before every model call made by this task (and tasks it starts) inside;
+    it raises to refuse the call, which then never reaches the model. Guards nest."""
+    token = _call_guards.set((*_call_guards.get(), check))
+    try:
+        yield
+    finally:
+        try:
+            _call_guards.reset(token)
+        except ValueError:  # closed from another context (an abandoned async generator)
+            pass
 
 
 DEFAULT_GEN_PARAMS: dict[str, Any] = {
@@ -168,7 +189,10 @@ class AsyncBaseLLM:
         yield LLMDelta(finish_reason="stop")
 
     async def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
-        """Stream deltas with stop words applied; the last delta has ``finish_reason``."""
+        """Stream deltas with stop words applied; the last delta has ``finish_reason``.
+        The task's ``call_guard`` checks run first."""
+        for check in _call_guards.get():
+            check()
         params = self.update_gen_params(**kwargs)
         stop = _StopWordFilter(params.get("stop_words") or [])
         finish: str | None = None

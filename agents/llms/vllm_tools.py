@@ -14,6 +14,42 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ToolMode = Literal["none", "named", "required", "auto"]
+_ESCAPES = {chr(c): f"\\u{c:04x}" for c in range(0x20)}
+
+
+@dataclass
+class StrictJSON:
+    """Makes JSON text strict as it streams in, piece by piece.
+
+    Forced calls are generated under a JSON grammar (xgrammar, through vLLM's structured
+    outputs) whose strings admit raw control characters (all of U+0000-U+001F except CR and
+    LF). Strict parsers refuse them: ``json.loads`` did, so a ``required`` call whose string
+    held a tab was read as no call at all (content, ``finish_reason`` "stop"), and a client's
+    parser would refuse such ``arguments``. Inside strings they become ``\\u00XX`` escapes:
+    the same string, now strict JSON. Text outside strings is left as it is.
+    """
+
+    in_string: bool = False
+    escaped: bool = False
+
+    def feed(self, text: str) -> str:
+        """``text`` (the next piece) with the raw control characters of strings escaped."""
+        out: list[str] = []
+        for ch in text:
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif ch == "\\":
+                    self.escaped = True
+                elif ch == '"':
+                    self.in_string = False
+                elif ch < " ":
+                    out.append(_ESCAPES[ch])
+                    continue
+            elif ch == '"':
+                self.in_string = True
+            out.append(ch)
+        return "".join(out)
 
 
 def new_call_id() -> str:
@@ -61,10 +97,13 @@ class ToolStream:
     _held: bool = False
     _sent: int = 0
     _named_id: str = field(default_factory=new_call_id)
+    _strict: StrictJSON = field(default_factory=StrictJSON)
 
     def feed(self, delta: str) -> list[dict[str, Any]]:
         """Stream deltas (``{"content": ...}`` or ``{"tool_calls": [...]}``) for new text."""
         start = not self.text
+        if self.mode in ("named", "required"):  # grammar-made JSON: made strict as it comes
+            delta = self._strict.feed(delta)
         self.text += delta
         if self.mode == "none":
             return _content(delta)

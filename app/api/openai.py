@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.routing import APIRoute
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from agents.llms.openai_client import APIConnectionError
-from app.api.sse import SSE_RESPONSES
+from app.api.fastpath import RequestOnlyRoute, documented, header_parameter
+from app.api.sse import SSE_RESPONSES, chunk_stream
 from app.deps import (
-    AUTHORIZATION_PARAMETER,
     PrincipalDep,
     StateDep,
     app_state,
@@ -23,11 +19,10 @@ from app.deps import (
     json_body,
     validated_body,
 )
-from app.engines.base import EngineError
-from app.errors import AppError, BadRequest, NotFound, Unavailable, public_error
-from app.models.encoded import EncodedJSON, dumps, encoded
+from app.errors import BadRequest, NotFound, Unavailable
+from app.models.encoded import EncodedJSON, dumps
 from app.schemas.common import NAME_PATTERN
-from app.schemas.openai import ChatCompletionRequest, inline_json_schema
+from app.schemas.openai import ChatCompletionRequest
 from app.services import chat, chat_approvals, raw_usage
 from app.services.agent_directory import AgentInfo
 from app.state import AppState
@@ -79,31 +74,23 @@ STRATEGY_HEADER = "X-Multitask-Strategy"
 STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 SESSION_ID_PATTERN = re.compile(NAME_PATTERN)  # as Name (schemas.common)
 # What the endpoint reads itself, documented as FastAPI documents a ``Header()`` and a body.
-_CHAT_PARAMETERS: list[dict[str, Any]] = [
-    {
-        "name": SESSION_ID_HEADER,
-        "in": "header",
-        "required": False,
-        "schema": {  # a session id, as session_id_header checks it; empty: none
+_CHAT_DOC = documented(
+    ChatCompletionRequest,
+    header_parameter(
+        SESSION_ID_HEADER,
+        {  # a session id, as session_id_header checks it; empty: none
             "type": "string",
             "maxLength": SESSION_ID_MAX_LENGTH,
             "pattern": f"^({NAME_PATTERN.removeprefix('^').removesuffix('$')})?$",
-            "title": SESSION_ID_HEADER,
         },
-    },
-    {
-        "name": STRATEGY_HEADER,
-        "in": "header",
-        "required": False,
-        "schema": {"type": "string", "enum": list(STRATEGIES)},
-        "description": "With X-Session-Id: what a message to a busy session does",
-    },
-    AUTHORIZATION_PARAMETER,
-]
-_CHAT_BODY: dict[str, Any] = {
-    "required": True,
-    "content": {"application/json": {"schema": inline_json_schema(ChatCompletionRequest)}},
-}
+    ),
+    header_parameter(
+        STRATEGY_HEADER,
+        {"type": "string", "enum": list(STRATEGIES)},
+        "With X-Session-Id: what a message to a busy session does",
+        titled=False,
+    ),
+)
 
 
 def session_id_header(request: Request) -> str | None:
@@ -139,42 +126,6 @@ def strategy_header(request: Request) -> str | None:
             code="invalid_value",
         )
     return value
-
-
-class RequestOnlyRoute(APIRoute):
-    """A route whose endpoint takes only the ``Request`` and returns a ``Response``: called
-    directly, without FastAPI's per-request handler (solving an empty dependency list, building
-    query params, checking the result). The same ASGI wrapping (exception handlers, exit
-    stacks) and OpenAPI entry; an endpoint with any other parameter or dependency (e.g. one
-    added by ``include_router``) gets FastAPI's own handler.
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        d = self.dependant
-        plain = (
-            d.request_param_name is not None
-            and not d.dependencies
-            and not (d.path_params or d.query_params or d.header_params or d.cookie_params)
-            and not d.body_params
-            and d.websocket_param_name is None
-            and d.http_connection_param_name is None
-            and d.response_param_name is None
-            and d.background_tasks_param_name is None
-            and d.security_scopes_param_name is None
-            and inspect.iscoroutinefunction(self.endpoint)
-        )
-        if not plain:
-            return super().get_route_handler()
-        endpoint, name = self.endpoint, d.request_param_name
-        assert name is not None
-
-        async def handler(request: Request) -> Response:
-            response = await endpoint(**{name: request})
-            if not isinstance(response, Response):
-                raise TypeError(f"{self.path}: the endpoint must return a Response")
-            return response
-
-        return handler
 
 
 async def chat_completions(request: Request) -> Response:
@@ -221,7 +172,7 @@ async def chat_completions(request: Request) -> Response:
                 state, agent, body, who.tenant_id, budget, split, deltas=body.stream
             )
         if body.stream:
-            return await _sse(chat.chunks(agent.name, pieces, include_usage))
+            return await chunk_stream(chat.chunks(agent.name, pieces, include_usage))
         final = chat.Piece()
         async for piece in pieces:
             final = piece if piece.final else final
@@ -245,7 +196,7 @@ async def chat_completions(request: Request) -> Response:
         chunks = raw_usage.charged_stream(
             state, who.tenant_id, limit, handle.raw.stream(raw_request), include_usage
         )
-        return await _sse(chunks)
+        return await chunk_stream(chunks)
     answer = await handle.raw.complete(raw_request)
     await raw_usage.charge(state, who.tenant_id, limit, answer.get("usage"))
     if isinstance(answer, EncodedJSON):  # an upstream's bytes: passed through, not re-encoded
@@ -259,40 +210,6 @@ router.add_api_route(
     methods=["POST"],
     response_model=None,
     responses=SSE_RESPONSES,
-    openapi_extra={"parameters": _CHAT_PARAMETERS, "requestBody": _CHAT_BODY},
+    openapi_extra=_CHAT_DOC,
     route_class_override=RequestOnlyRoute,
 )
-
-
-async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    """``data:`` lines then ``[DONE]``; errors before the first chunk are HTTP errors."""
-    try:
-        first = await anext(chunks)
-    except StopAsyncIteration:
-        first = None
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            if first is not None:
-                yield _data(first)
-            async for chunk in chunks:
-                yield _data(chunk)
-        except Exception as exc:  # headers are sent: report in-stream
-            yield _data({"error": _error(exc)})
-        yield b"data: [DONE]\n\n"
-
-    return StreamingResponse(
-        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-    )
-
-
-def _data(obj: dict[str, Any]) -> bytes:
-    # Pre-encoded chunks (EncodedJSON: scripted/LLM raw streams, proxied upstream events) are
-    # sent as they are; others are encoded compactly here.
-    return b"data: " + encoded(obj) + b"\n\n"
-
-
-def _error(exc: Exception) -> dict[str, Any]:
-    if not isinstance(exc, AppError | EngineError | APIConnectionError):
-        log.exception("chat completion stream failed", exc_info=exc)
-    return public_error(exc)

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from app.api.fastpath import RequestOnlyRoute, documented, header_parameter
 from app.api.pages import After, Limit
 from app.api.sse import SSE_RESPONSES, run_event_response
 from app.deps import (
-    AUTHORIZATION_PARAMETER,
     DbDep,
     PrincipalDep,
     RunsDep,
@@ -24,7 +24,6 @@ from app.deps import (
 )
 from app.ops.budget_store import session_usage
 from app.runtime.runs import RunManager, run_public
-from app.schemas.openai import inline_json_schema
 from app.schemas.sessions import (
     RunCreate,
     RunList,
@@ -139,25 +138,13 @@ async def list_runs(
 
 IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_KEY_MAX_LENGTH = "Idempotency-Key", 256
 # What post_message reads itself, documented as FastAPI documents a ``Header()`` and a body.
-_MESSAGE_PARAMETERS: list[dict[str, Any]] = [
-    {
-        "name": IDEMPOTENCY_KEY_HEADER,
-        "in": "header",
-        "required": False,
-        "schema": {
-            "anyOf": [
-                {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH},
-                {"type": "null"},
-            ],
-            "title": IDEMPOTENCY_KEY_HEADER,
-        },
-    },
-    AUTHORIZATION_PARAMETER,
-]
-_MESSAGE_BODY: dict[str, Any] = {
-    "required": True,
-    "content": {"application/json": {"schema": inline_json_schema(RunCreate)}},
-}
+_MESSAGE_DOC = documented(
+    RunCreate,
+    header_parameter(
+        IDEMPOTENCY_KEY_HEADER,
+        {"anyOf": [{"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH}, {"type": "null"}]},
+    ),
+)
 
 
 def _idempotency_key(request: Request) -> tuple[str | None, list[dict[str, Any]]]:
@@ -175,13 +162,7 @@ def _idempotency_key(request: Request) -> tuple[str | None, list[dict[str, Any]]
     return None, [error]
 
 
-@router.post(
-    "/{session_id}/messages",
-    response_model=None,
-    responses=SSE_RESPONSES,
-    openapi_extra={"parameters": _MESSAGE_PARAMETERS, "requestBody": _MESSAGE_BODY},
-)
-async def post_message(session_id: str, request: Request) -> Any:
+async def post_message(session_id: str, request: Request) -> Response:
     """Send a message: one run; JSON when it ends, or its events as SSE."""
     # A turn's hot path reads its body, headers and key with plain calls (as the chat endpoint
     # does) rather than a declared body, Header()s and dependencies, whose solving was the
@@ -210,9 +191,10 @@ async def post_message(session_id: str, request: Request) -> Any:
             def on_drop() -> None:
                 runs.cancel_soon(run.id, "client_disconnected")
 
-        return run_event_response(
+        stream: Response = run_event_response(
             runs, run.id, 0, state.settings, on_drop, {"Content-Location": f"/v1/runs/{run.id}"}
         )
+        return stream
     if created:
         await _run_here(runs, run.id, request, body.on_disconnect == "cancel")
     else:  # an earlier request's run (Idempotency-Key)
@@ -225,7 +207,19 @@ async def post_message(session_id: str, request: Request) -> Any:
     if final is None:
         async with state.sessionmaker() as db:
             final = await run_service.get_run(db, who.tenant_id, run.id)
-    return RunResult(run=RunPublic.model_validate(run_public(final)), message=final.output)
+    result = RunResult(run=RunPublic.model_validate(run_public(final)), message=final.output)
+    return JSONResponse(result.model_dump(mode="json"))
+
+
+router.add_api_route(  # the fast path (app/api/fastpath.py): a turn's hot route
+    "/{session_id}/messages",
+    post_message,
+    methods=["POST"],
+    response_model=None,
+    responses=SSE_RESPONSES,
+    openapi_extra=_MESSAGE_DOC,
+    route_class_override=RequestOnlyRoute,
+)
 
 
 async def _run_here(runs: RunManager, run_id: str, request: Request, cancel: bool) -> None:

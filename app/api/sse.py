@@ -1,15 +1,24 @@
-"""Run events as server-sent events (``id:`` = seq, ``event:`` = type, ``retry:`` first, pings)."""
+"""Server-sent events: the one writer of SSE frames (``frame``, ``data_frame``), and run events
+as an event stream (``id:`` = seq, ``event:`` = type, ``retry:`` first, pings).
+
+Every event the gateway streams is written here: run events (``run_event_response``, also
+behind A2A's and the OpenAI front door's session streams) and OpenAI chat-completion chunks
+(``data_frame``, ``DONE``). Data is compact JSON on one line (JSON never holds a raw newline).
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.responses import StreamingResponse
 
-from app.errors import public_error
+from agents.llms.openai_client import APIConnectionError
+from app.engines.base import EngineError
+from app.errors import AppError, public_error
+from app.models.encoded import dumps, encoded
 from app.runtime.runs import RunManager
 from app.settings import Settings
 
@@ -28,6 +37,69 @@ SSE_EVENT_SCHEMA: dict[str, Any] = {
 SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}}}
 }
+
+
+#: The OpenAI stream's last frame.
+DONE = b"data: [DONE]\n\n"
+
+
+def frame(
+    data: bytes | None = None,
+    *,
+    event: str | None = None,
+    id: int | None = None,
+    retry: int | None = None,
+    comment: str | None = None,
+) -> bytes:
+    """One SSE frame; ``data`` is one line (compact JSON), ``comment`` too."""
+    parts: list[bytes] = []
+    if comment is not None:
+        parts.append(b": %s\n" % comment.encode())
+    if id is not None:
+        parts.append(b"id: %d\n" % id)
+    if event is not None:
+        parts.append(b"event: %s\n" % event.encode())
+    if data is not None:
+        parts.append(b"data: %s\n" % data)
+    if retry is not None:
+        parts.append(b"retry: %d\n" % retry)
+    parts.append(b"\n")
+    return b"".join(parts)
+
+
+def data_frame(obj: dict[str, Any]) -> bytes:
+    """A ``data:``-only frame of a JSON object (an OpenAI chunk; an ``EncodedJSON`` is sent as
+    its bytes, not re-encoded)."""
+    return b"data: " + encoded(obj) + b"\n\n"
+
+
+async def chunk_stream(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    """An OpenAI chat-completion stream: ``data:`` frames then ``[DONE]``; an error before the
+    first chunk is an HTTP error, after it an ``error`` frame."""
+    try:
+        first = await anext(chunks)
+    except StopAsyncIteration:
+        first = None
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            if first is not None:
+                yield data_frame(first)
+            async for chunk in chunks:
+                yield data_frame(chunk)
+        except Exception as exc:  # headers are sent: report in-stream
+            yield data_frame({"error": _stream_error(exc)})
+        yield DONE
+
+    return StreamingResponse(
+        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )
+
+
+def _stream_error(exc: Exception) -> dict[str, Any]:
+    if not isinstance(exc, AppError | EngineError | APIConnectionError):
+        log.exception("chat completion stream failed", exc_info=exc)
+    return public_error(exc)
 
 
 # Event seqs are 32-bit integers in the database: a larger one names no event yet.
@@ -56,17 +128,12 @@ def run_event_response(
 ) -> EventSourceResponse:
     """Replay events after ``after``, then live ones; ``on_drop`` runs if the client leaves."""
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
+    async def events() -> AsyncIterator[bytes]:
         finished = False
         retry: int | None = settings.sse_retry_ms
         try:
             async for event in runs.follow(run_id, after):
-                yield ServerSentEvent(
-                    data=json.dumps(event.data, separators=(",", ":")),
-                    event=event.type,
-                    id=str(event.seq),
-                    retry=retry,
-                )
+                yield frame(dumps(event.data), event=event.type, id=event.seq, retry=retry)
                 retry = None
             finished = True
         except Exception as exc:  # headers are sent: report in-stream, then end
@@ -75,16 +142,17 @@ def run_event_response(
             error = public_error(exc)
             if error["code"] == "internal_error":
                 error["code"] = "stream_error"
-            yield ServerSentEvent(data=json.dumps({"error": error}), event="error")
+            yield frame(dumps({"error": error}), event="error")
         finally:
             if not finished and on_drop is not None:
                 on_drop()
         if retry is not None:  # nothing was sent: still tell the client how long to wait
-            yield ServerSentEvent(comment="end", retry=retry)
+            yield frame(comment="end", retry=retry)
 
     return EventSourceResponse(
         events(),
         ping=settings.sse_ping_s,
-        ping_message_factory=lambda: ServerSentEvent(comment="ping"),
+        ping_message_factory=lambda: ServerSentEvent(comment="ping"),  # sse_starlette's timer
+        sep="\n",  # its pings end lines as ``frame`` does
         headers=headers,
     )

@@ -8,11 +8,9 @@ requests for the model itself (``/v1/chat/completions`` with ``model`` = a raw m
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from agents.llms.base import AsyncBaseLLM
-
-Backend = Literal["vllm", "openai", "scripted"]
 
 
 @runtime_checkable
@@ -46,11 +44,17 @@ class EngineError(Exception):
 
 
 class ModelHandle:
-    """One configured model: its agent LLM, its raw chat API and its lifecycle."""
+    """One configured model: its agent LLM, its raw chat API and its lifecycle.
 
-    def __init__(self, name: str, backend: Backend, llm: AsyncBaseLLM, raw: RawChatBackend) -> None:
+    ``backend``: the name its factory is registered under (app/models/backends.py).
+    ``loads_in_background``: ``start`` loads an engine (slow): the service starts without
+    waiting and ``/readyz`` reports the model until it is ready."""
+
+    loads_in_background = False
+
+    def __init__(self, name: str, backend: str, llm: AsyncBaseLLM, raw: RawChatBackend) -> None:
         self.name = name
-        self.backend: Backend = backend
+        self.backend = backend
         self.llm = llm
         self.raw = raw
         self.ready = False

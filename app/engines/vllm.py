@@ -22,6 +22,7 @@ class VllmHandle(ModelHandle):
 
     llm: AsyncVllmModel
     raw: VllmChatBackend
+    loads_in_background = True
 
     def __init__(self, name: str, llm: AsyncVllmModel, raw: VllmChatBackend) -> None:
         super().__init__(name, "vllm", llm, raw)

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.llms.vllm import VllmEngine, VllmEngineError
+from agents.llms.vllm_tools import ToolMode, ToolStream
 from app.engines.base import EngineError
 from app.engines.vllm_request import build_plan_parts
-from app.engines.vllm_tools import ToolMode, ToolStream
+from app.models.encoded import ChunkEncoder
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "stop", "error": "stop"}
 
@@ -106,39 +107,32 @@ class VllmChatBackend:
         choices: dict[int, _Choice] = {}
         usage: dict[str, int] = {}
 
-        def chunk(index: int, delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
-            body = {
-                "id": plan.id, "object": "chat.completion.chunk", "created": plan.created,
-                "model": self.model_name,
-                "choices": [{"index": index, "delta": delta, "logprobs": None,
-                             "finish_reason": None, **extra}],
-            }  # fmt: skip
-            if include_usage:
-                body["usage"] = None
-            return body
-
+        base: dict[str, Any] = {
+            "id": plan.id, "object": "chat.completion.chunk", "created": plan.created,
+            "model": self.model_name,
+        }  # fmt: skip
+        if include_usage:
+            base["usage"] = None
+        enc = ChunkEncoder(base)
         started: set[int] = set()
         run = self._run(plan, choices, usage, request)
         try:
             async for index, deltas, logprobs in run:
                 if index not in started:
                     started.add(index)
-                    yield chunk(index, {"role": "assistant", "content": ""})
+                    yield enc.role(index)
                 for i, delta in enumerate(deltas):
                     lp = {"content": logprobs} if logprobs and i == 0 else None
-                    yield chunk(index, delta, logprobs=lp)
+                    yield enc.delta(index, delta, logprobs=lp)
                 choice = choices[index]
                 if choice.finish is not None:
                     for delta in choice.tools.finish():
-                        yield chunk(index, delta)
-                    yield chunk(index, {}, finish_reason=self._finish(choice))
+                        yield enc.delta(index, delta)
+                    yield enc.finish(index, self._finish(choice))
         finally:
             await run.aclose()  # a consumer that stops reading aborts the generation now
         if include_usage:
-            yield {
-                "id": plan.id, "object": "chat.completion.chunk", "created": plan.created,
-                "model": self.model_name, "choices": [], "usage": usage,
-            }  # fmt: skip
+            yield enc.usage(usage)
 
     def _finish(self, choice: _Choice) -> str:
         reason = _FINISH.get(choice.finish or "stop", "stop")

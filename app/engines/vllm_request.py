@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agents.llms.vllm_tools import ToolMode, tool_mode
 from app.engines.base import EngineError
-from app.engines.vllm_tools import ToolMode, tool_mode
 
 if TYPE_CHECKING:
     from app.engines.vllm_chat import VllmChatBackend

@@ -1,1 +1,1 @@
-"""Configured models: handles built from ``MODELS`` (scripted, openai, vllm)."""
+"""Configured models: handles built from ``MODELS`` by their backend (app/models/backends.py)."""

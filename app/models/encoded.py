@@ -1,14 +1,18 @@
-"""JSON objects that carry their own encoding, so the gateway sends bytes instead of re-encoding.
+"""JSON objects that carry their own encoding, so the gateway sends bytes instead of re-encoding,
+and the one builder of ``chat.completion.chunk`` objects (``ChunkEncoder``).
 
-A proxied upstream answer is passed through as the upstream's bytes; a streamed chunk of the
-scripted/LLM raw backend is built from a per-stream prefix encoded once, with only the
-JSON-escaped text spliced in. Both stay dicts, so ops instrumentation can still read them.
+An ``EncodedJSON`` is built once, from its object (``EncodedJSON(obj)`` encodes it) or from its
+bytes (``EncodedJSON.parse(raw)``, a proxied upstream answer passed through as the upstream's
+bytes), and cannot be changed afterwards, so ``raw`` never drifts from the contents. A streamed
+chunk is built by ``ChunkEncoder`` from a per-stream prefix encoded once, with only the
+JSON-escaped text spliced in (``raw`` is byte for byte ``dumps`` of the object: tests check
+it). Both stay dicts, so ops instrumentation can still read them.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _escape = json.encoder.encode_basestring  # C; what ensure_ascii=False uses for strings
@@ -20,13 +24,48 @@ def dumps(obj: Any) -> bytes:
 
 
 class EncodedJSON(dict[str, Any]):
-    """A JSON object and ``raw``, its encoding; read-only by contract (``raw`` is not updated)."""
+    """A read-only JSON object and ``raw``, its encoding (made from the object, or the object
+    parsed from it). Mutating it raises ``TypeError``; derive a new one instead."""
 
     __slots__ = ("raw",)
 
-    def __init__(self, data: dict[str, Any], raw: bytes) -> None:
+    def __init__(self, data: dict[str, Any]) -> None:
         super().__init__(data)
-        self.raw = raw
+        self.raw = dumps(data)
+
+    @classmethod
+    def parse(cls, raw: bytes) -> EncodedJSON:
+        """The object ``raw`` encodes, keeping ``raw`` (``ValueError`` if it is no JSON object)."""
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return cls._spliced(data, raw)
+
+    @classmethod
+    def _spliced(cls, data: dict[str, Any], raw: bytes) -> EncodedJSON:
+        # For this module's builders only: ``raw`` is known to encode ``data``.
+        obj = dict.__new__(cls)
+        dict.update(obj, data)
+        obj.raw = raw
+        return obj
+
+    def without_null(self, key: str) -> EncodedJSON:
+        """A copy without the top-level ``key`` whose value is null (bytes edited, not
+        re-encoded, when the encoding allows; re-encoded otherwise)."""
+        data = {k: v for k, v in self.items() if k != key}
+        for null in (b',"%s":null' % key.encode(), b'"%s":null,' % key.encode()):
+            if null in self.raw and self.get(key, ...) is None:
+                return EncodedJSON._spliced(data, self.raw.replace(null, b"", 1))
+        return EncodedJSON(data)
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("EncodedJSON is read-only: build a new one")
+
+    __setitem__ = __delitem__ = __ior__ = _readonly
+    clear = pop = popitem = setdefault = update = _readonly
+
+    def __reduce__(self) -> Any:
+        return (EncodedJSON, (dict(self),))
 
 
 def encoded(obj: dict[str, Any]) -> bytes:
@@ -35,10 +74,11 @@ def encoded(obj: dict[str, Any]) -> bytes:
 
 
 class ChunkEncoder:
-    """The ``chat.completion.chunk`` objects of one stream, each with its compact encoding.
+    """The ``chat.completion.chunk`` objects of one stream, each with its compact encoding: the
+    one builder of chunks (the engine path, the agent path, the raw-LLM backends).
 
-    ``base`` (id, object, created, model) is encoded once; ``content`` then costs one string
-    escape. ``raw`` equals ``dumps`` of the same dict, byte for byte (tests check it).
+    ``base`` (id, object, created, model, and ``usage: null`` when the client asked for usage)
+    is encoded once; ``content`` then costs one string escape.
     """
 
     def __init__(self, base: dict[str, Any]) -> None:
@@ -57,10 +97,41 @@ class ChunkEncoder:
         raw = b"".join(
             (self._head, b"%d" % index, b',"delta":{"content":', _escape(text).encode(), self._tail)
         )
-        chunk = EncodedJSON(self.base, raw)  # one copy of base; "choices" after it, as in raw
-        chunk["choices"] = [choice]
-        return chunk
+        return EncodedJSON._spliced({**self.base, "choices": [choice]}, raw)
+
+    def delta(
+        self,
+        index: int,
+        delta: dict[str, Any],
+        finish_reason: str | None = None,
+        logprobs: dict[str, Any] | None = None,
+    ) -> EncodedJSON:
+        """A chunk with one choice's ``delta`` (and its finish reason or logprobs)."""
+        if finish_reason is None and logprobs is None and len(delta) == 1:
+            text = delta.get("content")
+            if type(text) is str:
+                return self.content(index, text)
+        choice = {
+            "index": index,
+            "delta": delta,
+            "finish_reason": finish_reason,
+            "logprobs": logprobs,
+        }
+        return EncodedJSON({**self.base, "choices": [choice]})
+
+    def role(self, index: int) -> EncodedJSON:
+        """A choice's first chunk: ``{"role": "assistant", "content": ""}``."""
+        return self.delta(index, {"role": "assistant", "content": ""})
+
+    def finish(self, index: int, reason: str | None) -> EncodedJSON:
+        """A choice's last chunk: an empty delta and its finish reason."""
+        return self.delta(index, {}, finish_reason=reason)
+
+    def usage(self, usage: dict[str, Any]) -> EncodedJSON:
+        """The stream's usage chunk (no choices), sent last when the client asked for it."""
+        base = {k: v for k, v in self.base.items() if k != "usage"}
+        return EncodedJSON({**base, "choices": [], "usage": usage})
 
     def chunk(self, obj: dict[str, Any]) -> EncodedJSON:
-        """Any other chunk (role, finish, usage), encoded whole."""
-        return EncodedJSON(obj, dumps(obj))
+        """Any other chunk, encoded whole."""
+        return EncodedJSON(obj)

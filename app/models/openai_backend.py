@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -14,7 +13,7 @@ import aiohttp
 from agents.llms.base import AsyncBaseLLM
 from agents.llms.openai_client import APIConnectionError, APIError, OpenAIClient, sse_data
 from app.engines.base import EngineError, ModelHandle
-from app.models.encoded import EncodedJSON, dumps
+from app.models.encoded import EncodedJSON
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ class OpenAIRawBackend:
         finally:
             resp.release()
         try:
-            return EncodedJSON(json.loads(raw), raw)
+            return EncodedJSON.parse(raw)
         except ValueError as exc:
             raise EngineError(f"upstream answered invalid JSON: {raw[:200]!r}") from exc
 
@@ -98,10 +97,9 @@ class OpenAIRawBackend:
                 async for data in events:
                     if data.strip() == "[DONE]":
                         break
-                    chunk = json.loads(data)
                     # A multi-line event cannot be written back as one ``data:`` line.
-                    raw = data.encode() if "\n" not in data else dumps(chunk)
-                    yield EncodedJSON(chunk, raw)
+                    chunk = EncodedJSON.parse(data.encode())
+                    yield chunk if "\n" not in data else EncodedJSON(dict(chunk))
             finished = True
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _engine_error(exc) from exc

@@ -88,7 +88,7 @@ class LLMRawBackend:
         include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
         usage = Usage()
         for i in range(int(request.get("n") or 1)):
-            yield enc.chunk({**base, "choices": [_choice(i, {"role": "assistant", "content": ""})]})
+            yield enc.role(i)
             finish = "stop"
             async for delta in self.llm.astream(_messages(request), **_params(request)):
                 if delta.text:
@@ -98,10 +98,6 @@ class LLMRawBackend:
                 if delta.usage:
                     usage.prompt_tokens = delta.usage.prompt_tokens
                     usage.completion_tokens += delta.usage.completion_tokens
-            yield enc.chunk({**base, "choices": [_choice(i, {}, finish)]})
+            yield enc.finish(i, finish)
         if include_usage:
-            yield enc.chunk({**base, "choices": [], "usage": usage.to_dict()})
-
-
-def _choice(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
+            yield enc.usage(usage.to_dict())

@@ -5,39 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from app.engines.base import ModelHandle
-from app.models.raw import LLMRawBackend
-from app.models.scripted import ScriptedModelLLM
+from app.models.backends import backend_factory
 from app.settings import ModelConfig
 
 log = logging.getLogger(__name__)
 
 
-def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
-    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, optional ``gen_params``)."""
-    llm = ScriptedModelLLM(
-        replies=[str(r) for r in config.get("replies") or []],
-        chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
-        cycle=str(config.get("cycle", "model")),
-        **config.get("gen_params", {}),
-    )
-    return ModelHandle(config["name"], "scripted", llm, LLMRawBackend(llm, config["name"]))
-
-
-def create_handle(config: ModelConfig) -> ModelHandle:
-    """The handle for one ``MODELS`` entry; vLLM is imported only when configured."""
-    options = config.options()
-    if config.backend == "scripted":
-        return create_scripted_handle(options)
-    if config.backend == "openai":
-        from app.models.openai_backend import create_openai_handle
-
-        return create_openai_handle(options)
-    from app.engines.vllm import create_handle as create_vllm_handle  # ENGINE's module
-
-    handle: ModelHandle = create_vllm_handle(options)
+def build_handle(config: ModelConfig) -> ModelHandle:
+    """The handle (built, not started) for one ``MODELS`` entry, by its backend's factory."""
+    handle: ModelHandle = backend_factory(config.backend)(config.options())
     return handle
 
 
@@ -62,13 +40,13 @@ class ModelRegistry:
         """Build every handle and start loading; scripted/openai are ready at once."""
         for name, config in self.configs.items():
             try:
-                handle = create_handle(config)
+                handle = build_handle(config)
             except Exception as exc:  # a bad model must not take the service down
                 log.exception("model %s could not be built", name)
                 self.errors[name] = str(exc)
                 continue
             self.handles[name] = handle
-            if handle.backend == "vllm":  # engines load in the background; /readyz tells
+            if handle.loads_in_background:  # engines load in the background; /readyz tells
                 self._tasks.append(asyncio.create_task(self._start(handle)))
             else:
                 await self._start(handle)
@@ -79,11 +57,6 @@ class ModelRegistry:
         except Exception as exc:
             log.exception("model %s failed to start", handle.name)
             self.errors[handle.name] = str(exc)
-
-    async def wait_ready(self) -> None:
-        """Wait until every model finished loading (or failed)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def close(self) -> None:
         """Stop loading and release every engine."""

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
-
-_PIECE = re.compile(r"\s*\S+\s*|\s+")
-
-
-def split_words(text: str) -> list[str]:
-    """Pieces of ``text``: each word with its following whitespace (leading space kept)."""
-    return _PIECE.findall(text)
+from agents.llms.scripted import split_words
+from app.engines.base import ModelHandle
+from app.models.raw import LLMRawBackend
 
 
 def count_words(
@@ -94,3 +89,14 @@ class ScriptedModelLLM(AsyncBaseLLM):
             yield LLMDelta(text=piece)
         usage = Usage(prompt_tokens=count_words(messages), completion_tokens=len(pieces))
         yield LLMDelta(finish_reason=finish, usage=usage)
+
+
+def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
+    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, optional ``gen_params``)."""
+    llm = ScriptedModelLLM(
+        replies=[str(r) for r in config.get("replies") or []],
+        chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
+        cycle=str(config.get("cycle", "model")),
+        **config.get("gen_params", {}),
+    )
+    return ModelHandle(config["name"], "scripted", llm, LLMRawBackend(llm, config["name"]))

@@ -3,21 +3,23 @@
 The runtime builds a ``RunBudget`` from what the session and tenant used before the run plus
 the run's live ``usage_scope`` counter, refuses the run up front when a budget is spent
 (``preflight``: 429 ``budget_exceeded``), and binds it with ``budget_scope`` around the agent
-call. ``BudgetedLLM`` checks it before every model call, so a run that crosses a budget stops
-at the next call boundary with what it produced so far.
+call: ``budget_scope`` binds its check as an ``agents.llms.base.call_guard``, which every
+model's ``astream`` runs before generating, so a run that crosses a budget stops at the next
+call boundary with what it produced so far (no model handle is wrapped for it).
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
+from agents.llms.base import Usage, call_guard
+from app.ops.errors import error_envelope
 from app.schemas.common import Int
 
 STOP_REASON = "budget_exceeded"
@@ -35,14 +37,7 @@ class BudgetExceeded(Exception):
 
     def envelope(self) -> dict[str, Any]:
         """The OpenAI error envelope for the 429 response."""
-        return {
-            "error": {
-                "message": str(self),
-                "type": "tokens",
-                "param": None,
-                "code": ERROR_CODE,
-            }
-        }
+        return error_envelope(str(self), "tokens", ERROR_CODE)
 
 
 class BudgetSpec(BaseModel):
@@ -125,10 +120,11 @@ _current: contextvars.ContextVar[RunBudget | None] = contextvars.ContextVar(
 
 @contextmanager
 def budget_scope(budget: RunBudget) -> Iterator[RunBudget]:
-    """Make ``budget`` the one ``BudgetedLLM`` checks for model calls made inside."""
+    """Make ``budget`` the one every model call made inside checks first."""
     token = _current.set(budget)
     try:
-        yield budget
+        with call_guard(budget.check):
+            yield budget
     finally:
         _current.reset(token)
 
@@ -138,35 +134,3 @@ def check_current_budget() -> None:
     budget = _current.get()
     if budget is not None:
         budget.check()
-
-
-class BudgetedLLM(AsyncBaseLLM):
-    """Wraps a model so each call first checks the task's budget; otherwise the same model."""
-
-    def __init__(self, inner: AsyncBaseLLM) -> None:
-        # No super().__init__: parameters and template stay the inner model's own objects.
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything not defined here (path, gen_params, meta_template, backend extras).
-        return getattr(self.inner, name)
-
-    def update_gen_params(self, **kwargs: Any) -> dict[str, Any]:
-        """The inner model's per-call parameters."""
-        return self.inner.update_gen_params(**kwargs)
-
-    async def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
-        """Check the budget, then stream the inner model's reply."""
-        check_current_budget()
-        async for delta in self.inner.astream(messages, **kwargs):
-            yield delta
-
-    async def chat(self, messages: Messages, **kwargs: Any) -> str:
-        """Check the budget, then the inner model's whole reply."""
-        return "".join([d.text async for d in self.astream(messages, **kwargs)])
-
-    async def stream_chat(self, messages: Messages, **kwargs: Any) -> AsyncIterator[str]:
-        """Check the budget, then the inner model's text deltas."""
-        async for delta in self.astream(messages, **kwargs):
-            if delta.text:
-                yield delta.text

@@ -1,4 +1,6 @@
-"""Hooks the runtime's live objects into ops: model calls (TTFT, tokens, budget), gauges."""
+"""Hooks the runtime's live objects into ops: model calls (TTFT, tokens), gauges.
+
+(Token budgets are not here: the model call itself checks them, see app/ops/budget.py.)"""
 
 from __future__ import annotations
 
@@ -9,24 +11,32 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages
-from app.ops.budget import BudgetedLLM, check_current_budget
 from app.ops.metrics import Metrics
 from app.schemas.vocab import WAITING
 
 log = logging.getLogger("agentstation.runs")
 
 
-class InstrumentedLLM(BudgetedLLM):
-    """A model that checks the task's token budget, then records TTFT and usage per call."""
+class InstrumentedLLM(AsyncBaseLLM):
+    """A model that records TTFT and usage per call; otherwise the same model."""
 
     def __init__(self, inner: AsyncBaseLLM, model: str, metrics: Metrics) -> None:
-        super().__init__(inner)
+        # No super().__init__: parameters and template stay the inner model's own objects.
+        self.inner = inner
         self.model = model
         self.metrics = metrics
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything not defined here (path, gen_params, meta_template, backend extras).
+        return getattr(self.inner, name)
+
+    def update_gen_params(self, **kwargs: Any) -> dict[str, Any]:
+        """The inner model's per-call parameters."""
+        return self.inner.update_gen_params(**kwargs)
+
     async def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
-        """Check the budget, stream the inner model, and record its first-token time and usage."""
-        check_current_budget()
+        """Stream the inner model (which runs the call guards: budgets), recording its
+        first-token time and usage."""
         start = time.perf_counter()
         first = True
         async for delta in self.inner.astream(messages, **kwargs):
@@ -37,6 +47,16 @@ class InstrumentedLLM(BudgetedLLM):
                 usage = delta.usage
                 self.metrics.tokens(self.model, usage.prompt_tokens, usage.completion_tokens)
             yield delta
+
+    async def chat(self, messages: Messages, **kwargs: Any) -> str:
+        """The inner model's whole reply (through ``astream``)."""
+        return "".join([d.text async for d in self.astream(messages, **kwargs)])
+
+    async def stream_chat(self, messages: Messages, **kwargs: Any) -> AsyncIterator[str]:
+        """The inner model's text deltas (through ``astream``)."""
+        async for delta in self.astream(messages, **kwargs):
+            if delta.text:
+                yield delta.text
 
 
 class InstrumentedRaw:

@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from app.errors import ValidationFailed
+from app.outbound import OutboundPolicy
 from app.runtime.registry import BuildContext, Registry, ServableAgent
 from app.schemas.agents import AgentSpec, DoneSpec
 
@@ -268,3 +269,11 @@ def register_builtins(registry: Registry) -> None:
         return
     for name in getattr(builtins, "__all__", []):
         registry.add_tool(name, _lazy_tool("agents.actions.builtins", name))
+
+
+def default_registry(outbound: OutboundPolicy | None = None) -> Registry:
+    """Built-in kinds and tools plus entry points (``outbound``: the allowed remote URLs)."""
+    registry = Registry(outbound=outbound or OutboundPolicy())
+    register_builtins(registry)
+    registry.load_entry_points()
+    return registry

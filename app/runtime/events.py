@@ -54,6 +54,7 @@ class RunChannel:
         flush_s: float,
         writes: WriteGate | None = None,
         reserved: int = SEQ_BLOCK,
+        store_s: float | None = None,
     ) -> None:
         self.run_id = run_id
         self.reserved = reserved  # durably reserved: ids up to it may be sent before storage
@@ -65,6 +66,10 @@ class RunChannel:
         self.done = False
         self._sessionmaker = sessionmaker
         self._flush_s = flush_s
+        # Mid-run events are stored this often (the run's end stores the rest with it): a
+        # write per run per flush was most of a streamed turn's database work.
+        self._store_s = flush_s if store_s is None else max(store_s, flush_s)
+        self._last_store = 0.0
         self._waiters: list[asyncio.Future[None]] = []  # followers waiting for a change
         self._pending: dict[str, Any] | None = None  # a message.delta being coalesced
         self._unsaved: list[Event] = []
@@ -94,16 +99,20 @@ class RunChannel:
 
     def _start_flusher(self) -> None:
         self._timer = None
+        self._last_store = time.monotonic() - self._flush_s  # the run's start
         self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _flush_loop(self) -> None:
+        """Publish merged deltas every ``flush_s``; store events every ``store_s``."""
         while True:
             await self._publish_pending()
             self._reserve_soon()  # again, if an earlier reservation failed
-            try:
-                await self.save()
-            except Exception:  # keep streaming; the final save retries and reports
-                log.exception("run %s: saving events failed", self.run_id)
+            if time.monotonic() - self._last_store >= self._store_s - 1e-3:
+                self._last_store = time.monotonic()
+                try:
+                    await self.save()
+                except Exception:  # keep streaming; the final save retries and reports
+                    log.exception("run %s: saving events failed", self.run_id)
             await asyncio.sleep(self._flush_s)
 
     def _wake(self) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 import sqlalchemy as sa
 
 from agents.llms.base import Usage
-from agents.memory import load_message as load_memory_message
+from agents.memory import load_message
 from agents.schema import AgentMessage
 from app.db import raw
 from app.db.base import utcnow
@@ -29,7 +29,7 @@ from app.runtime.budgets import BudgetFigures, read_figures
 from app.runtime.events import Event, RunChannel
 from app.runtime.locks import RunHold
 from app.runtime.memory_cache import current, memory_nodes, plain_memories
-from app.runtime.messages import dump_message, load_message
+from app.runtime.messages import dump_message
 from app.runtime.reads import reading
 from app.runtime.runner import (
     TurnResult,
@@ -225,9 +225,7 @@ async def _begin(manager: RunManager, job: Job, usage: Callable[[], Usage]) -> T
         if cached is None or set(cached) != set(memories):
             assert stored is not None or cached is not None
             source = stored if stored is not None else await _reload(manager, job)
-            cached = {
-                key: [load_memory_message(m) for m in source.get(key, [])] for key in memories
-            }
+            cached = {key: [load_message(m) for m in source.get(key, [])] for key in memories}
         for key, memory in memories.items():
             memory.memory = list(cached[key])
         return Turn(agent, nodes, {k: len(v) for k, v in cached.items()}, rev, budget)

@@ -154,11 +154,6 @@ class SessionLocks:
                 hold.slot = False
                 self._slots.release()
 
-    def locally_busy(self, key: str) -> bool:
-        """True when a run of the session holds the lock in this process."""
-        entry = self._run.get(key)
-        return entry is not None and entry[0].locked()
-
     @asynccontextmanager
     async def try_hold(self, key: str) -> AsyncIterator[bool]:
         """On PostgreSQL: hold the session's run lock for the block if it is free (False:

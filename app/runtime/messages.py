@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agents.schema import ActionReturn, AgentMessage, AgentStatusCode
+from agents.schema import ActionReturn, AgentMessage
 
 
 def jsonable(value: Any) -> Any:
@@ -55,26 +55,3 @@ def dump_message(message: AgentMessage) -> dict[str, Any]:
         }
     data: dict[str, Any] = jsonable(message)
     return data
-
-
-def load_message(data: dict[str, Any] | str | AgentMessage) -> AgentMessage:
-    """An AgentMessage from a dump (or a user string)."""
-    if isinstance(data, AgentMessage):
-        return data
-    if isinstance(data, str):
-        return AgentMessage(sender="user", content=data)
-    fields = {k: v for k, v in data.items() if k in AgentMessage.model_fields}
-    state = fields.get("stream_state")
-    fields["stream_state"] = AgentStatusCode(state) if state is not None else AgentStatusCode.END
-    return AgentMessage(**fields)
-
-
-def dump_state(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """A state_dict with every entry as a JSON-ready message dump."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for key, items in state.items():
-        out[key] = [
-            dump_message(load_message(i)) if isinstance(i, AgentMessage | dict) else jsonable(i)
-            for i in items or []
-        ]
-    return out

@@ -261,13 +261,3 @@ def _tool_kwargs(name: str, config: dict[str, Any]) -> dict[str, Any]:
     if name.startswith("IPython") and "timeout_s" in kwargs:
         kwargs["timeout"] = kwargs.pop("timeout_s")
     return kwargs
-
-
-def default_registry(outbound: OutboundPolicy | None = None) -> Registry:
-    """Built-in kinds and tools plus entry points (``outbound``: the allowed remote URLs)."""
-    from app.runtime import builders
-
-    registry = Registry(outbound=outbound or OutboundPolicy())
-    builders.register_builtins(registry)
-    registry.load_entry_points()
-    return registry

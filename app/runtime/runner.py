@@ -10,13 +10,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.llms.base import Usage, usage_scope
+from agents.memory import load_message
 from agents.schema import AgentMessage, AgentStatusCode
 from app.db.base import utcnow
 from app.db.models import Message
 from app.db.models import Session as SessionRow
 from app.runtime.approvals import Resumption
 from app.runtime.events import RunChannel
-from app.runtime.messages import dump_message, jsonable, load_message
+from app.runtime.messages import dump_message, jsonable
 from app.runtime.registry import ServableAgent
 from app.schemas.vocab import EventType
 

@@ -111,12 +111,14 @@ class RunManager:
         build_agent: Callable[[AgentSpec, str | None], ServableAgent],
         flush_s: float = 0.1,
         cancel_timeout_s: float = 1.0,
+        store_s: float | None = None,
     ) -> None:
         self.engine = engine
         self.sessionmaker = sessionmaker
         self.build_agent = build_agent
         self.locks = SessionLocks(engine)
         self.flush_s = flush_s
+        self.store_s = store_s  # mid-run event storage interval (None: every flush)
         self.cancel_timeout_s = cancel_timeout_s
         self.jobs: dict[str, Job] = {}
         self.channels: dict[str, RunChannel] = {}
@@ -331,7 +333,9 @@ class RunManager:
         the memory revision read at admission (None when the run is queued: it reads it, and
         the budget, when it starts); ``held``: the session's run lock, taken at admission
         (PostgreSQL)."""
-        channel = RunChannel(run.id, self.sessionmaker, self.flush_s, self.writes, SEQ_BLOCK)
+        channel = RunChannel(
+            run.id, self.sessionmaker, self.flush_s, self.writes, SEQ_BLOCK, self.store_s
+        )
         job = Job(
             run=run,
             run_id=run.id,

@@ -417,17 +417,7 @@ async def chunks(
     # Text chunks come pre-encoded: the constant head once per stream, then only the text is
     # escaped per chunk (the same bytes as encoding each chunk whole).
     enc = ChunkEncoder(base)
-    yield {
-        **base,
-        "choices": [
-            {
-                "index": 0,
-                "delta": {"role": "assistant", "content": ""},
-                "finish_reason": None,
-                "logprobs": None,
-            }
-        ],
-    }
+    yield enc.role(0)
     async for piece in pieces:
         if piece.final and piece.tool_calls:
             calls = [{"index": i, **call} for i, call in enumerate(piece.tool_calls)]
@@ -443,19 +433,9 @@ async def chunks(
                 ],
             }
         if piece.final:
-            yield {
-                **base,
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": {},
-                        "finish_reason": piece.finish_reason,
-                        "logprobs": None,
-                    }
-                ],
-            }
+            yield enc.finish(0, piece.finish_reason)
             if include_usage:
-                yield {**base, "choices": [], "usage": piece.usage.to_dict()}
+                yield enc.usage(piece.usage.to_dict())
             return
         if piece.text:
             yield enc.content(0, piece.text)

@@ -8,8 +8,6 @@ from typing import Any
 from app.models.encoded import EncodedJSON
 from app.state import AppState
 
-_NULL_USAGE = (b',"usage":null', b'"usage":null,')
-
 
 async def charge(state: AppState, tenant_id: str, limit: int | None, usage: Any) -> None:
     """Count a completion's tokens for the tenant (batched when it has no budget)."""
@@ -44,9 +42,6 @@ async def charged_stream(
 
 def _without_usage(chunk: dict[str, Any]) -> dict[str, Any]:
     """``chunk`` without its ``"usage": null`` (pre-encoded bytes edited, not re-encoded)."""
-    data = {k: v for k, v in chunk.items() if k != "usage"}
     if isinstance(chunk, EncodedJSON):
-        for null in _NULL_USAGE:
-            if null in chunk.raw:
-                return EncodedJSON(data, chunk.raw.replace(null, b"", 1))
-    return data
+        return chunk.without_null("usage")
+    return {k: v for k, v in chunk.items() if k != "usage"}

@@ -9,13 +9,13 @@ from sqlalchemy.event import listen
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents.memory import load_message as load_memory_message
+from agents.memory import load_message
 from app.db.base import new_id, utcnow
 from app.db.models import Agent, Message, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.runtime.memory_cache import MemoryCache
-from app.runtime.messages import dump_message, load_message
+from app.runtime.messages import dump_message
 from app.runtime.runner import SESSIONS, load_state, memory_rev_bump
 from app.schemas.sessions import SessionCreate, SessionPublic
 from app.schemas.vocab import BUSY
@@ -169,7 +169,7 @@ async def replace_memory(
     for key in keys or ():
         cleaned.setdefault(key, [])
     if cache is not None and keys is not None and rev is not None:
-        lists = {key: [load_memory_message(m) for m in cleaned[key]] for key in keys}
+        lists = {key: [load_message(m) for m in cleaned[key]] for key in keys}
         # Kept only if this transaction commits (its revision then names exactly this memory).
         listen(db.sync_session, "after_commit", lambda _s: cache.put(row.pk, rev, lists), once=True)
     return dict(sorted(cleaned.items()))

@@ -89,6 +89,7 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "sandbox_enabled": False,
         "access_log": False,
         "event_flush_s": 0.05,
+        "event_store_s": 0.05,
     }
     values.update(overrides)
     return Settings(**values)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runtime.registry import default_registry
+from app.runtime.builders import default_registry
 from app.schemas.agents import AgentSpec
 
 PLUGIN = '''

@@ -9,7 +9,6 @@ import pytest
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage, usage_scope
 from app.ops.budget import (
-    BudgetedLLM,
     BudgetExceeded,
     RunBudget,
     budget_scope,
@@ -65,7 +64,7 @@ def test_preflight_refuses_a_run_when_a_budget_is_already_spent() -> None:
 
 async def test_a_run_stops_at_the_first_model_call_after_the_budget_is_crossed() -> None:
     inner = CountingLLM()
-    llm = BudgetedLLM(inner)
+    llm = inner  # the model itself checks the budget: no wrapper
     replies: list[str] = []
     with (
         usage_scope() as usage,
@@ -83,7 +82,7 @@ async def test_a_run_stops_at_the_first_model_call_after_the_budget_is_crossed()
 
 async def test_without_a_budget_scope_the_wrapper_is_transparent() -> None:
     inner = CountingLLM()
-    llm = BudgetedLLM(inner)
+    llm = inner  # budgets are checked by the model call itself: nothing wraps it
     check_current_budget()  # no budget bound: no-op
     pieces = [piece async for piece in llm.stream_chat([{"role": "user", "content": "x"}])]
     assert pieces == ["ok"] and inner.calls == 1

@@ -211,3 +211,38 @@ async def test_generation_config_defaults_are_read_once_per_engine(
     restarted = SimpleNamespace(model_config=llm.model_config)  # a replaced engine: read anew
     assert backend.sampling_defaults(restarted) == expected
     assert reads == [1]
+
+
+async def test_forced_calls_holding_a_control_character_are_calls_with_strict_arguments(
+    vllm_handle: VllmHandle,
+) -> None:
+    # The root cause of test_required_tool_choice_returns_valid_calls failing where the demo
+    # model's numerics differ: the JSON grammar lets a string hold a raw control character
+    # (here forced by the pattern), and a "required" call was read as content, "stop".
+    tab: dict[str, Any] = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "pattern": "^x\ty$"}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    named = {"type": "function", "function": {"name": "f"}}
+    for choice, finish in (("required", "tool_calls"), (named, "stop")):
+        body = request(max_tokens=40, tools=[tab], tool_choice=choice, parallel_tool_calls=False)
+        out = await vllm_handle.raw.complete(body)
+        assert out["choices"][0]["finish_reason"] == finish, out
+        (call,) = out["choices"][0]["message"]["tool_calls"]
+        assert json.loads(call["function"]["arguments"]) == {"city": "x\ty"}  # strict JSON
+        chunks = await collect(vllm_handle, {**body, "stream": True})
+        streamed = "".join(
+            c["function"]["arguments"]
+            for chunk in chunks
+            for c in chunk["choices"][0]["delta"].get("tool_calls") or []
+        )
+        assert json.loads(streamed) == {"city": "x\ty"}
+        assert chunks[-1]["choices"][0]["finish_reason"] == finish

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from agents.llms.vllm_tools import ToolStream
 from app.engines.vllm import VllmHandle
-from app.engines.vllm_tools import ToolStream
 
 pytestmark = pytest.mark.vllm
 
