@@ -207,6 +207,7 @@ class ApprovalTimeouts:
     async def _loop(self) -> None:
         warned = 0.0
         while True:
+            await asyncio.sleep(self.every_s)
             try:
                 await check_timeouts(self.state)
             except Exception:  # a database outage: try again next time (one warning a minute)
@@ -214,7 +215,6 @@ class ApprovalTimeouts:
                 if now - warned >= 60:
                     warned = now
                     log.warning("checking approval timeouts failed", exc_info=True)
-            await asyncio.sleep(self.every_s)
 
     async def aclose(self) -> None:
         if self._task is not None:
