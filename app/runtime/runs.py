@@ -424,7 +424,9 @@ class RunManager:
     ) -> Job:
         """Start the job of a run claimed back from ``requires_action`` (now ``queued``):
         its events number on from ``events`` (the stored log)."""
-        channel = RunChannel(run.id, self.sessionmaker, self.flush_s, self.writes, run.seq_reserved)
+        channel = RunChannel(
+            run.id, self.sessionmaker, self.flush_s, self.writes, run.seq_reserved, self.store_s
+        )
         channel.preload(events)
         self.finished.pop(run.id, None)
         self.finished_public.pop(run.id, None)
