@@ -200,9 +200,18 @@ class BaseAgent:
         )
         inputs = _to_messages((hooked,)) if isinstance(hooked, AgentMessage | str) else hooked
         self.update_memory(inputs, session_id=session_id)
+        async for chunk in self._continue(
+            self._forward_chunks(inputs, session_id, kwargs), session_id
+        ):
+            yield chunk
+
+    async def _continue(
+        self, chunks: AsyncIterator[Any], session_id: SessionId
+    ) -> AsyncIterator[AgentMessage]:
+        """Pass ``chunks`` on; the last is the reply: stored in memory, then after_agent."""
         held: AgentMessage | None = None  # an END chunk: the reply, unless more chunks follow
         last: Any = None
-        async for chunk in self._forward_chunks(inputs, session_id, kwargs):
+        async for chunk in chunks:
             if held is not None:
                 yield held
                 held = None

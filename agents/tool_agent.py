@@ -10,9 +10,17 @@ as ``CODING`` (code) or ``PLUGIN_START`` (JSON call), its result as ``CODE_RETUR
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, TypeGuard
 
+from agents.actions.approval import (
+    PAUSE,
+    Decision,
+    PendingApproval,
+    PendingCall,
+    as_decisions,
+    new_call_id,
+)
 from agents.agent import Agent, AsyncAgent, BaseAgent
 from agents.aggregator import DefaultAggregator, SystemInstruction, ToolAggregator
 from agents.hooks import Hook, action_return_text, tool_call
@@ -70,12 +78,26 @@ class _ToolLoop(BaseAgent):
         self.executor = executor
         self.max_turn = max_turn
         self.code_parameter = code_parameter
+        #: Calls waiting for a person, per session (the executor's approval hook said PAUSE).
+        self.pending: dict[SessionId, PendingApproval] = {}
 
     async def forward(
         self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
     ) -> Any:
         """Model turns and tool calls until an answer; yields every phase."""
-        for turn in range(self.max_turn):
+        async for chunk in self._loop(message, session_id, 0, kwargs):
+            yield chunk
+
+    async def _loop(
+        self,
+        message: tuple[AgentMessage, ...],
+        session_id: SessionId,
+        start: int,
+        kwargs: dict[str, Any],
+    ) -> AsyncIterator[AgentMessage]:
+        """Turns ``start``.. of the loop. A call the approval hook pauses ends it: the reply
+        (the call) is the turn's answer and ``self.pending[session_id]`` says what waits."""
+        for turn in range(start, self.max_turn):
             reply: AgentMessage | None = None
             async for chunk in self.model_turn(message, session_id, **kwargs):
                 if chunk.stream_state == _STREAM_ING:
@@ -88,13 +110,112 @@ class _ToolLoop(BaseAgent):
                 yield reply  # the answer (or the last word when turns run out)
                 return
             code = parsed["status"] == 1 and isinstance(parsed["action"], str)
+            decision: Decision | None = None
+            call = self.pending_call(reply)
+            reviewable = getattr(self.executor, "reviewable", None)
+            if call is not None and reviewable is not None and not reviewable(call):
+                # Nothing would run (an unknown tool, arguments its schema rejects): the model
+                # reads the error now, no person is asked.
+                decision = Decision.approve()
+            elif call is not None:
+                answer = await self.executor.review(call, session_id)
+                if answer == PAUSE:
+                    self.pending[session_id] = PendingApproval([call], turn, code)
+                    yield reply  # the call is this turn's answer until a person decides
+                    return
+                decision = answer if isinstance(answer, Decision) else None
             self.update_memory(reply, session_id=session_id)
             state = AgentStatusCode.CODING if code else AgentStatusCode.PLUGIN_START
             yield reply.model_copy(update={"stream_state": state}, deep=True)
-            result = await self.run_tool(reply, session_id)
+            if decision is not None and call is not None:
+                result = await self._decided(call, decision, session_id)
+            else:
+                result = await self.run_tool(reply, session_id)
             self.update_memory(result, session_id=session_id)
             state = AgentStatusCode.CODE_RETURN if code else AgentStatusCode.PLUGIN_RETURN
             yield result.model_copy(update={"stream_state": state}, deep=True)
+
+    # -- approval ---------------------------------------------------------------------------
+    def pending_call(self, reply: AgentMessage) -> PendingCall | None:
+        """The call of a well-formed tool-call ``reply``, when the executor has an approval
+        hook to ask about it (None otherwise)."""
+        parsed = reply.formatted
+        if (
+            not _is_call(parsed)
+            or parsed["status"] != 1
+            or getattr(self.executor, "approval", None) is None
+            or not callable(getattr(self.executor, "review", None))
+        ):
+            return None
+        content = tool_call(self.executor, parsed, self.code_parameter)
+        if not isinstance(content, dict) or not isinstance(content.get("name"), str):
+            return None
+        params = content.get("parameters")
+        arguments = params if isinstance(params, dict) else {"input": params}
+        call_id = parsed.get("tool_call_id") or new_call_id()
+        return PendingCall(call_id, content["name"], dict(arguments))
+
+    def check_decisions(
+        self,
+        decisions: Mapping[str, Any] | Iterable[Any],
+        session_id: SessionId = 0,
+        pending: PendingApproval | None = None,
+    ) -> dict[str, Decision]:
+        """One valid decision per waiting call, edited arguments checked against the tool's
+        schema; raises ``ValueError`` (``ArgumentError`` with ``fields`` for a bad edit)."""
+        waiting = pending if pending is not None else self.pending.get(session_id)
+        if waiting is None:
+            raise ValueError("no tool call of this session waits for approval")
+        chosen = as_decisions(decisions)
+        ids = [c.id for c in waiting.calls]
+        unknown = sorted(set(chosen) - set(ids))
+        if unknown:
+            raise ValueError(f"no pending tool call has id {unknown[0]!r} (pending: {ids})")
+        missing = [i for i in ids if i not in chosen]
+        if missing:
+            raise ValueError(f"a decision is needed for every pending call; missing {missing}")
+        check = getattr(self.executor, "check_arguments", None)
+        for call in waiting.calls:
+            decision = chosen[call.id]
+            if decision.action == "edit" and check is not None:
+                check(call.name, decision.arguments)  # raises ArgumentError naming the fields
+        return chosen
+
+    async def _decided(
+        self, call: PendingCall, decision: Decision, session_id: SessionId
+    ) -> AgentMessage:
+        """The result message of a decided call (run, run edited, or denied)."""
+        sender = type(self.executor).__name__
+        try:
+            out = await self.executor.run_decided(call, decision, session_id)
+        except Exception as exc:  # a broken tool is the model's problem to read, not a crash
+            return _result(sender, _error(call.to_dict(), f"{type(exc).__name__}: {exc}"))
+        return _result(out.sender, out.content)
+
+    async def _resume(
+        self,
+        decisions: Mapping[str, Any] | Iterable[Any],
+        session_id: SessionId,
+        pending: PendingApproval | None,
+        kwargs: dict[str, Any],
+    ) -> AsyncIterator[AgentMessage]:
+        """The decided calls' results, then the loop's next turns; like a turn's stream."""
+        waiting = pending if pending is not None else self.pending.get(session_id)
+        chosen = self.check_decisions(decisions, session_id, waiting)
+        assert waiting is not None
+        self.pending.pop(session_id, None)
+
+        async def chunks() -> AsyncIterator[AgentMessage]:
+            state = AgentStatusCode.CODE_RETURN if waiting.code else AgentStatusCode.PLUGIN_RETURN
+            for call in waiting.calls:
+                result = await self._decided(call, chosen[call.id], session_id)
+                self.update_memory(result, session_id=session_id)
+                yield result.model_copy(update={"stream_state": state}, deep=True)
+            async for chunk in self._loop((), session_id, waiting.turn + 1, kwargs):
+                yield chunk
+
+        async for chunk in self._continue(chunks(), session_id):
+            yield chunk
 
     async def model_turn(
         self, message: tuple[AgentMessage, ...], session_id: SessionId, **kwargs: Any
@@ -181,9 +302,52 @@ def _result(sender: str, content: Any) -> AgentMessage:
 class AsyncToolAgent(_ToolLoop, AsyncAgent):
     """Async tool agent: ``await agent(msg, session_id=...)`` / ``agent.stream(...)``."""
 
+    async def resume(
+        self,
+        decisions: Mapping[str, Any] | Iterable[Any],
+        session_id: SessionId = 0,
+        pending: PendingApproval | None = None,
+        **kwargs: Any,
+    ) -> AgentMessage:
+        """Continue a paused turn with a decision per pending call; returns the reply."""
+        reply: AgentMessage | None = None
+        async for chunk in self._resume(decisions, session_id, pending, kwargs):
+            reply = chunk
+        assert reply is not None
+        return reply
+
+    def resume_stream(
+        self,
+        decisions: Mapping[str, Any] | Iterable[Any],
+        session_id: SessionId = 0,
+        pending: PendingApproval | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AgentMessage]:
+        """``resume`` as a stream of chunks, like ``stream``."""
+        return self._resume(decisions, session_id, pending, kwargs)
+
 
 class ToolAgent(_ToolLoop, Agent):
     """Sync tool agent: the same loop driven from sync code."""
+
+    def resume(
+        self,
+        decisions: Mapping[str, Any] | Iterable[Any],
+        session_id: SessionId = 0,
+        pending: PendingApproval | None = None,
+        **kwargs: Any,
+    ) -> AgentMessage:
+        """Continue a paused turn with a decision per pending call; returns the reply."""
+        from agents.utils import run_sync
+
+        async def collect() -> AgentMessage:
+            reply: AgentMessage | None = None
+            async for chunk in self._resume(decisions, session_id, pending, kwargs):
+                reply = chunk
+            assert reply is not None
+            return reply
+
+        return run_sync(collect())
 
 
 __all__ = ["AsyncToolAgent", "ToolAgent", "default_tool_parser"]

@@ -117,6 +117,12 @@ class SessionBusy(Conflict):
         )
 
 
+class RunNotWaiting(Conflict):
+    """409: a decision for a run that does not wait for approval (docs/approvals.md)."""
+
+    code = "run_not_waiting"
+
+
 class PayloadTooLarge(AppError):
     """413: body over MAX_BODY_BYTES."""
 

@@ -114,6 +114,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     recovered = await state.runs.start()
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)
+    from app.services.approvals import ApprovalTimeouts
+
+    timeouts = ApprovalTimeouts(state, settings.approval_check_s)  # runs waiting for a person
+    timeouts.start()
     app.state.agentstation = state
     extra: list[Any] = []
     for hook in app.state.startup_hooks:  # a hook may be async (app.demo_agents)
@@ -125,6 +129,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for closer in extra:
             if closer is not None:
                 await closer()
+        await timeouts.aclose()
         await state.tenant_usage.aclose()  # batched tenant usage, before the engine closes
         await state.runs.aclose(settings.shutdown_grace_s)
         await mcp_connections.aclose()  # the sessions' MCP servers (stdio ones are sandboxed)

@@ -79,7 +79,7 @@ _CHAT: Codes = {
         "upstream_error",
     ),
     404: ("model_not_found",),
-    409: ("session_busy",),
+    409: ("session_busy", "run_not_waiting"),
     413: ("payload_too_large", "upstream_error"),
     422: ("upstream_error",),
     429: ("budget_exceeded",),
@@ -108,6 +108,12 @@ EXTRA: dict[str, Codes] = {
     "POST /v1/sessions/{session_id}/reset": _BUSY,
     "GET /v1/sessions/{session_id}/runs": _PAGED,
     "POST /v1/sessions/{session_id}/messages": _TURN,
+    # A decision about a waiting run (docs/approvals.md).
+    "POST /v1/runs/{run_id}/resume": {
+        409: ("run_not_waiting",),
+        422: ("unknown_tool_call", "duplicate_decision", "missing_decision", "invalid_arguments"),
+        503: ("model_not_ready",),
+    },
 }
 _NAME = {"type": "string", "minLength": 1, "maxLength": NAME_MAX_LENGTH, "pattern": NAME_PATTERN}
 PATH_PARAMETERS: dict[str, dict[str, Any]] = {

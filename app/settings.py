@@ -102,6 +102,8 @@ class Settings(OpsSettings):
     event_flush_s: float = 0.1  # merged deltas go to live followers at least this often
     event_store_s: float = Field(default=1.0, ge=0)  # ...and are stored at least this often
     cancel_timeout_s: float = 1.0
+    # How often each replica looks for runs waiting for approval past their timeout_s.
+    approval_check_s: float = Field(default=1.0, gt=0, le=3600)
     # Outbound URLs agent specs may name beyond public hosts (app.outbound): host names,
     # host:port pairs, CIDR ranges.
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -10,6 +10,14 @@ import importlib
 import importlib.util
 from typing import Any
 
+from agents.actions.approval import (
+    PAUSE,
+    ApprovalRequired,
+    Decision,
+    PendingApproval,
+    PendingCall,
+    RequireApproval,
+)
 from agents.actions.base import (
     AsyncActionMixin,
     BaseAction,
@@ -37,16 +45,22 @@ _LAZY = {
 }
 
 __all__ = [
+    "PAUSE",
     "ActionExecutor",
+    "ApprovalRequired",
     "AsyncActionExecutor",
     "AsyncActionMixin",
     "AsyncWebBrowser",
     "BaseAction",
     "Calculator",
     "Clock",
+    "Decision",
     "FinishAction",
     "InvalidAction",
     "NoAction",
+    "PendingApproval",
+    "PendingCall",
+    "RequireApproval",
     "WebBrowser",
     "current_session_id",
     "get_plugin_prompt",

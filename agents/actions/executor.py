@@ -12,9 +12,25 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from agents.actions.base import OPENAI_SEPARATOR, BaseAction, current_session_id, to_openai_tools
+from agents.actions.approval import (
+    PAUSE,
+    ApprovalHook,
+    ApprovalRequired,
+    Decision,
+    PendingCall,
+    ask,
+    denial,
+    new_call_id,
+)
+from agents.actions.base import (
+    OPENAI_SEPARATOR,
+    BaseAction,
+    _parse_arguments,
+    current_session_id,
+    to_openai_tools,
+)
 from agents.actions.builtins import FinishAction, InvalidAction, NoAction
-from agents.actions.signature import JsonSchema
+from agents.actions.signature import ArgumentError, JsonSchema
 from agents.hooks import Hook, RemovableHandle, apply_hooks
 from agents.schema import ActionReturn, ActionStatusCode, ActionValidCode, AgentMessage
 
@@ -30,6 +46,7 @@ class _Executor:
         finish_action: BaseAction | None = None,
         finish_in_action: bool = False,
         hooks: Iterable[Hook] | None = None,
+        approval: ApprovalHook | None = None,
     ) -> None:
         from agents.tool_message import as_actions  # ToolMessage classes are tools too
 
@@ -46,6 +63,8 @@ class _Executor:
         self._hooks: dict[int, Hook] = {}
         for hook in hooks or []:
             self.register_hook(hook)
+        #: Asked before every call (``agents.actions.approval``): approve, deny, edit or pause.
+        self.approval: ApprovalHook | None = approval
 
     # -- lagent's container API -------------------------------------------------------------
     def __contains__(self, name: str) -> bool:
@@ -127,14 +146,74 @@ class _Executor:
             for api in action.api_names()
         ]
 
-    async def acall(
-        self, message: AgentMessage, session_id: str | int = 0, **kwargs: Any
+    # -- approval ---------------------------------------------------------------------------
+    async def review(self, call: PendingCall, session_id: str | int = 0) -> Decision | str:
+        """What the approval hook says about ``call``: a ``Decision`` or ``PAUSE``."""
+        return await ask(self.approval, call, session_id)
+
+    def check_arguments(self, name: str, arguments: Any) -> dict[str, Any]:
+        """``arguments`` checked against the tool's schema (a tool or API whose schema is not
+        known here, as an MCP server's, passes as is); raises ``ArgumentError`` whose
+        ``fields`` name the arguments at fault."""
+        target = self.resolve(name)
+        spec = target[0].__tool_apis__.get(target[1]) if target is not None else None
+        if spec is None:
+            return dict(arguments) if isinstance(arguments, dict) else {"input": arguments}
+        return spec.validate(_parse_arguments(arguments, spec, name), name)
+
+    def reviewable(self, call: PendingCall) -> bool:
+        """Whether ``call`` is one a person should decide about: False for an unknown tool or
+        arguments the tool's schema rejects (nothing would run; the model reads the error)."""
+        if self.resolve(call.name) is None:
+            return False
+        try:
+            self.check_arguments(call.name, call.arguments)
+        except ArgumentError:
+            return False
+        return True
+
+    async def run_decided(
+        self, call: PendingCall, decision: Decision, session_id: str | int = 0
     ) -> AgentMessage:
-        """Hooks, then the call with ``current_session_id`` set, then hooks."""
+        """Carry out a person's decision about ``call``: run it (approve), run it with the new
+        arguments (edit) or answer with the denial (deny), without asking the hook again."""
+        if decision.action == "deny":
+            response = AgentMessage(
+                sender=type(self).__name__, content=denial(call, decision.message)
+            )
+            return await self._run_hooks("after_action", response, session_id)
+        arguments = decision.arguments if decision.action == "edit" else call.arguments
+        content = {"name": call.name, "parameters": arguments}
+        return await self.acall(
+            AgentMessage(sender="user", content=content), session_id, decision=Decision.approve()
+        )
+
+    async def acall(
+        self,
+        message: AgentMessage,
+        session_id: str | int = 0,
+        decision: Decision | None = None,
+        **kwargs: Any,
+    ) -> AgentMessage:
+        """Hooks, the approval hook (unless ``decision`` is given), then the call with
+        ``current_session_id`` set, then hooks. A hook that says ``PAUSE`` raises
+        ``ApprovalRequired`` (a tool agent asks ``review`` first and stops instead)."""
         message = await self._run_hooks("before_action", message, session_id)
         token = current_session_id.set(session_id)
         try:
             name, parameters, problem = _unpack(message.content)
+            if not problem and decision is None and self.approval is not None:
+                call = PendingCall(new_call_id(), name, dict(parameters or {}))
+                answer = await self.review(call, session_id)
+                if answer == PAUSE:
+                    raise ApprovalRequired([call])
+                decision = answer if isinstance(answer, Decision) else Decision.approve()
+                if decision.action == "deny":
+                    result = denial(call, decision.message)
+                    response = AgentMessage(sender=type(self).__name__, content=result)
+                    return await self._run_hooks("after_action", response, session_id)
+                if decision.action == "edit":
+                    parameters = decision.arguments
             if problem:
                 result = ActionReturn(
                     args={"content": message.content}, errmsg=problem,

@@ -38,7 +38,12 @@ _LAGENT_TYPES = {"array": "Array", "number": "FLOAT", "integer": "NUMBER", "bool
 
 
 class ArgumentError(ValueError):
-    """The arguments of a tool call do not match the tool's signature."""
+    """The arguments of a tool call do not match the tool's signature; ``fields`` names the
+    arguments at fault (dotted paths), when known."""
+
+    def __init__(self, message: str, fields: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.fields = fields or []
 
 
 def _is_optional(tp: Any) -> tuple[bool, Any]:
@@ -152,7 +157,8 @@ class ApiSpec:
         try:
             model = self.validator.model_validate(arguments)
         except ValidationError as exc:
-            raise ArgumentError(_explain(label or self.name, exc)) from None
+            bad = [".".join(str(p) for p in e["loc"]) for e in exc.errors(include_url=False)]
+            raise ArgumentError(_explain(label or self.name, exc), bad) from None
         fields = type(model).model_fields
         checked = {fields[key].alias or key: getattr(model, key) for key in model.model_fields_set}
         extra = model.model_extra or {}

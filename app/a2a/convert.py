@@ -23,6 +23,8 @@ from app.schemas.vocab import EventType, RunStatus, ends_stream
 STATES: dict[str, TaskState] = {
     RunStatus.QUEUED: TaskState.TASK_STATE_SUBMITTED,
     RunStatus.RUNNING: TaskState.TASK_STATE_WORKING,
+    # Waiting for a person to approve tool calls (POST /v1/runs/{id}/resume).
+    RunStatus.REQUIRES_ACTION: TaskState.TASK_STATE_INPUT_REQUIRED,
     RunStatus.COMPLETED: TaskState.TASK_STATE_COMPLETED,
     RunStatus.FAILED: TaskState.TASK_STATE_FAILED,
     RunStatus.CANCELLED: TaskState.TASK_STATE_CANCELED,

@@ -23,7 +23,7 @@ from app.errors import BadRequest, NotFound, Unavailable
 from app.models.encoded import EncodedJSON, dumps
 from app.schemas.common import NAME_PATTERN
 from app.schemas.openai import ChatCompletionRequest
-from app.services import chat, raw_usage
+from app.services import chat, chat_approvals, raw_usage
 from app.services.agent_directory import AgentInfo
 from app.state import AppState
 
@@ -143,7 +143,15 @@ async def chat_completions(request: Request) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if agent is not None:
         chat.check_agent_params(body)  # 400 for a field an agent cannot honour
-        if x_session_id:
+        tools = chat_approvals.trailing_tool_messages(body.messages) if x_session_id else []
+        if x_session_id and tools:
+            # Decisions about the calls a waiting run of the session asked for (approvals.md).
+            run_id, after = await chat_approvals.resume_from_tool_messages(
+                state, who.tenant_id, agent, x_session_id, tools
+            )
+            hold = chat.holds_turns(agent.spec) or chat.wants_json(body)
+            pieces = chat.run_pieces(state, run_id, hold, body, after)
+        elif x_session_id:
             sub = await chat.session_submission(
                 state, who.tenant_id, agent, x_session_id, body, strategy
             )
@@ -151,6 +159,12 @@ async def chat_completions(request: Request) -> Response:
             hold = chat.holds_turns(sub.spec) or chat.wants_json(body)
             pieces = chat.run_pieces(state, run.id, hold, body)
         else:
+            if agent.spec.approval_tools() is not None:
+                raise BadRequest(
+                    f"agent {agent.name!r} waits for approval of tool calls: send "
+                    "X-Session-Id so its run can wait for your decision (docs/approvals.md)",
+                    param="X-Session-Id",
+                )
             chat.check_ready(state, agent.spec)
             split = chat.split_input(body.messages)  # 400 before any byte is streamed
             budget = await chat.preflight_tenant(state, who.tenant_id)  # 429 for a spent budget
@@ -165,7 +179,9 @@ async def chat_completions(request: Request) -> Response:
         # Compact JSON as JSONResponse writes it (same bytes and content type), by the encoder
         # built once rather than one json.dumps encoder per response; FastAPI would first walk
         # the plain dict with jsonable_encoder.
-        reply = chat.completion(agent.name, final.answer, final.usage, final.finish_reason)
+        reply = chat.completion(
+            agent.name, final.answer, final.usage, final.finish_reason, final.tool_calls
+        )
         return Response(dumps(reply), media_type="application/json")
     handle = state.models.get(body.model)
     if handle is None or not who.may_use(body.model):  # a key's model list hides the others

@@ -118,6 +118,13 @@ class Run(Base):
     __table_args__ = (
         sa.UniqueConstraint("tenant_id", "idempotency_key"),
         sa.Index("ix_runs_session_pk_status", "session_pk", "status"),
+        # Runs waiting for approval (few): each replica's deadline check reads them often.
+        sa.Index(
+            "ix_runs_waiting",
+            "status",
+            postgresql_where=sa.text("status = 'requires_action'"),
+            sqlite_where=sa.text("status = 'requires_action'"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
@@ -144,6 +151,9 @@ class Run(Base):
     seq_reserved: Mapped[int] = mapped_column(
         sa.Integer(), default=SEQ_BLOCK, server_default=str(SEQ_BLOCK)
     )
+    # A run waiting for a person (status ``requires_action``): its pending tool calls and where
+    # its agent stopped (``app.runtime.approvals``); None otherwise.
+    pending: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(), nullable=True)
 
 
 class RunEvent(Base):

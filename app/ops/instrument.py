@@ -12,6 +12,7 @@ from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages
 from app.ops.metrics import Metrics
+from app.schemas.vocab import WAITING
 
 log = logging.getLogger("agentstation.runs")
 
@@ -139,7 +140,8 @@ def record_run(metrics: Metrics, run: Any) -> None:
     """Count a finished run, time it, and log one line about it (in the run's context)."""
     start = run.started_at or run.created_at
     duration = (run.finished_at - start).total_seconds() if run.finished_at and start else 0.0
-    metrics.run_finished(run.status, duration)
+    if run.status not in WAITING:  # waiting for a person is not an end (see approvals)
+        metrics.run_finished(run.status, duration)
     log.info(
         "run %s %s (%s) in %.2fs",
         run.id,

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _RUN_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+# Waits for a person: seconds to a week.
+_APPROVAL_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400, 7 * 86400)
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 UNMATCHED_ROUTE = "<unmatched>"  # 404s: one label value instead of one per random path
 SANDBOX_LEVELS = ("L0", "L1", "L3")
@@ -89,6 +91,19 @@ class Metrics:
             "agentstation_runs_queued", "Runs waiting for their session.", registry=reg
         )
         self.runs_active = Gauge("agentstation_runs_active", "Runs executing now.", registry=reg)
+        self.approvals_waiting = Gauge(
+            "agentstation_runs_waiting_approval",
+            "Runs waiting for a person's decision about tool calls (status requires_action), "
+            "on every replica (as of the last approval timeout check).",
+            registry=reg,
+        )
+        self.approval_wait = Histogram(
+            "agentstation_approval_wait_seconds",
+            "How long a run waited for a decision, by outcome (resumed|timeout_cancelled).",
+            ["outcome"],
+            buckets=_APPROVAL_BUCKETS,
+            registry=reg,
+        )
         self.active_sessions = Gauge(
             "agentstation_active_sessions",
             "Sessions with a run in progress or a live kernel.",
@@ -115,6 +130,10 @@ class Metrics:
         self._model_ttft: dict[str, Histogram] = {}
 
     # --- calls for the runtime ---------------------------------------------------------------
+
+    def approval_decided(self, waited_s: float, outcome: str) -> None:
+        """A run that waited for approval was decided about after ``waited_s``."""
+        self.approval_wait.labels(outcome).observe(max(0.0, waited_s))
 
     def run_finished(self, status: str, duration_s: float) -> None:
         """Count a run that reached a final status and record how long it took."""

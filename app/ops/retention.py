@@ -21,11 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.base import utcnow
 from app.db.models import Run, RunEvent, Session
-from app.schemas.vocab import ACTIVE, TERMINAL
+from app.schemas.vocab import BUSY, TERMINAL
 
 log = logging.getLogger(__name__)
 
-ACTIVE_STATUSES = ACTIVE
+ACTIVE_STATUSES = BUSY  # a run waiting for approval keeps its session
 FINAL_STATUSES = TERMINAL
 SessionDeleted = Callable[[str, str], Awaitable[None]]  # (tenant_id, session_id)
 

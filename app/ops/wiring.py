@@ -104,7 +104,10 @@ def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
 
     observe_runs(metrics, jobs, kernel_sessions)
     if state.runs is not None:
-        state.runs.on_finished = lambda run: record_run(metrics, run)
+        runs = state.runs
+        runs.on_finished = lambda run: record_run(metrics, run)
+        runs.on_approval = metrics.approval_decided
+        metrics.add_sampler(lambda: metrics.approvals_waiting.set(runs.waiting_count))
     metrics.add_sampler(sample_pool)
 
     async def on_session_deleted(tenant_id: str, session_id: str) -> None:

@@ -86,10 +86,18 @@ def build_tool_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     assert ctx.registry is not None
     members = [(key, _member(sub, ctx, key)) for key, sub in _subs(spec)]
     tools = ctx.registry.build_tools(spec, ctx) + [AgentTool(a, key) for key, a in members]
+    executor: Any = tools or None
+    waits = spec.approval_tools()
+    if tools and waits is not None:  # calls of these tools wait for a person (approvals.md)
+        from agents.actions.approval import RequireApproval
+        from agents.actions.executor import AsyncActionExecutor
+
+        policy = RequireApproval("all" if waits == ["*"] else waits)
+        executor = AsyncActionExecutor(tools, approval=policy)
     agent = AsyncToolAgent(
         llm=_llm(spec, ctx),
         template=spec.system_prompt,
-        executor=tools or None,
+        executor=executor,
         output_format=_output_format(spec),  # None: the JSON tool-call default
         max_turn=spec.max_turn,
         name=ctx.name,
@@ -148,8 +156,25 @@ def _done_rules(done: DoneSpec | None) -> dict[str, Any]:
 _TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
 
 
+def check_approval(spec: AgentSpec, prefix: str) -> None:
+    """Approval pauses a ``tool_agent`` run; other kinds have no tool loop to stop."""
+    if spec.approval_tools() is not None and "." in prefix:
+        raise ValidationFailed(
+            "approval is for the agent a session talks to, not a participant inside it",
+            param=f"{prefix}.approval" if spec.approval is not None else f"{prefix}.tools",
+            code="not_supported",
+        )
+    if spec.approval is not None and spec.kind != "tool_agent":
+        raise ValidationFailed(
+            f"'approval' is for kind 'tool_agent' (this is {spec.kind!r})",
+            param=f"{prefix}.approval",
+            code="not_supported",
+        )
+
+
 def check_single(spec: AgentSpec, prefix: str) -> None:
     """``agent`` / ``tool_agent``: the task fields are a mistake, not something to ignore."""
+    check_approval(spec, prefix)
     for field in _TASK_FIELDS:
         if getattr(spec, field) is not None:
             raise ValidationFailed(
@@ -161,6 +186,7 @@ def check_single(spec: AgentSpec, prefix: str) -> None:
 
 def check_task(spec: AgentSpec, prefix: str) -> None:
     """422s of a ``task`` spec beyond its schema."""
+    check_approval(spec, prefix)
     if spec.agent is None:
         raise ValidationFailed(
             "a task needs an agent (a stored agent's name or a spec)",

@@ -78,6 +78,13 @@ class RunChannel:
         self._flusher: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None  # starts the flusher (see start)
 
+    def preload(self, events: list[Event]) -> None:
+        """Start from a run's stored log (a run resumed after waiting): new events number on
+        from its last, and followers get the stored ones too (Last-Event-ID across the pause)."""
+        self.events = list(events)
+        self.stored = events[-1].seq if events else 0
+        self.reserved = max(self.reserved, self.stored)
+
     def seed(self, type_: str, data: dict[str, Any]) -> None:
         """Add the first event before anyone follows (``run.created``)."""
         event = Event(len(self.events) + 1, type_, data)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
@@ -15,7 +16,7 @@ from agents.memory import load_message
 from agents.schema import AgentMessage
 from app.db import raw
 from app.db.base import utcnow
-from app.db.models import Run
+from app.db.models import Message, Run
 from app.db.models import Session as SessionRow
 from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
@@ -23,6 +24,7 @@ from app.ops.budget import BudgetExceeded, RunBudget, budget_scope
 from app.ops.budget_store import charge_tenant
 from app.ops.logging import run_id_var
 from app.runtime import pgturn
+from app.runtime.approvals import Resumption, waiting_state
 from app.runtime.budgets import BudgetFigures, read_figures
 from app.runtime.events import Event, RunChannel
 from app.runtime.locks import RunHold
@@ -31,9 +33,11 @@ from app.runtime.messages import dump_message
 from app.runtime.reads import reading
 from app.runtime.runner import (
     TurnResult,
+    bump_memory_rev,
     load_state,
     merge_state,
     new_rows,
+    resume_turn,
     run_turn,
     save_new_messages,
 )
@@ -84,6 +88,8 @@ class Job:
     cancel_sent: bool = False  # an inline job's task was cancelled by RunManager.cancel
     started: bool = False  # holds the session (queued until then; for the queue-depth gauge)
     finishing: bool = False
+    # A run going on after a person's decisions (POST /v1/runs/{id}/resume), None for a new one.
+    resume: Resumption | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -125,20 +131,34 @@ async def execute(manager: RunManager, job: Job) -> None:
             job.started = True
             turn = await _begin(manager, job, lambda: result.usage)
             with budget_scope(turn.budget):  # checked before every model call of the turn
-                await run_turn(
-                    turn.agent, job.message, job.session_key, job.gen_params, job.channel, result
-                )
+                if job.resume is None:
+                    await run_turn(
+                        turn.agent, job.message, job.session_key, job.gen_params, job.channel,
+                        result,
+                    )  # fmt: skip
+                else:
+                    await resume_turn(
+                        turn.agent, job.resume, job.session_key, job.gen_params, job.channel,
+                        result,
+                    )  # fmt: skip
             job.finishing = True
             # "length": the answer's model call hit its max tokens (OpenAI's finish_reason).
-            end = "length" if result.usage.last_finish == "length" else "end"
+            status, end = (
+                RunStatus.COMPLETED,
+                "length" if result.usage.last_finish == "length" else "end",
+            )
+            # Stopped before tool calls a person must decide about: the run waits, stored.
+            job.run.__dict__["pending"] = waiting_state(turn.agent, job.session_key, job.spec)
+            if job.run.pending is not None:
+                status, end = RunStatus.REQUIRES_ACTION, "requires_action"
             try:
-                await _finish(manager, job, RunStatus.COMPLETED, end, result, turn, hold=hold)
+                await _finish(manager, job, status, end, result, turn, hold=hold)
             except Exception as exc:
                 if not (hold.broken and database_unavailable(exc)):
                     raise
                 # The lock's connection was lost (nothing committed there): store the end on a
                 # pooled connection, retried while the database is unreachable.
-                await _finish_safely(manager, job, RunStatus.COMPLETED, end, result, turn)
+                await _finish_safely(manager, job, status, end, result, turn)
     except BudgetExceeded:
         # Stopped at a model-call boundary: keep what the turn produced so far.
         job.finishing = True
@@ -265,7 +285,13 @@ async def _finish(
     the lock is released after (``SessionLocks.running``), so the next run sees all of it.
     """
     manager.memory.drop(job.session_pk)  # re-added below only after a clean, stored turn
+    if job.resume is not None and turn is None:
+        # A resumed run that keeps nothing: what it stored when it paused goes too.
+        await _drop_paused_messages(manager, job)
     run = job.run
+    waits = status == RunStatus.REQUIRES_ACTION
+    base_prompt, base_completion = job.resume.tokens if job.resume is not None else (0, 0)
+    ended = utcnow()
     # A transient Run (RunManager._new_run), written with Core or raw SQL: set directly, no
     # ORM attribute events.
     run.__dict__.update(
@@ -273,15 +299,20 @@ async def _finish(
         stop_reason=stop_reason,
         error=error,
         output=dump_message(result.final) if result.final is not None else None,
-        prompt_tokens=result.usage.prompt_tokens,
-        completion_tokens=result.usage.completion_tokens,
-        finished_at=utcnow(),
+        prompt_tokens=base_prompt + result.usage.prompt_tokens,
+        completion_tokens=base_completion + result.usage.completion_tokens,
+        finished_at=None if waits else ended,
+        pending=run.__dict__.get("pending") if waits else None,
     )
     public = manager.public(run)
     end_event = END_EVENT[status]
     terminal: tuple[str, dict[str, Any]] = (end_event, {"run": public})
     if status == RunStatus.FAILED:
         terminal[1]["error"] = error
+    if waits and run.pending is not None:
+        terminal[1]["tool_calls"] = run.pending["tool_calls"]
+    # A waiting run stores every event it sent: its last id is the last one it may have sent.
+    seq_reserved = len(job.channel.events) + 1 if waits else None
     after = turn.after(job.session_key) if turn is not None else None
     await job.channel.stop_flushing()
     # A tenant with a budget is charged in this transaction (every replica enforces it from
@@ -289,7 +320,9 @@ async def _finish(
     later = job.charge_later if not job.tenant_limited else None
     charge = result.usage.total_tokens if later is None else 0
     if manager.locks.postgres:
-        changed, event = await _store_end_pg(manager, job, turn, after, terminal, charge, hold)
+        changed, event = await _store_end_pg(
+            manager, job, turn, after, terminal, charge, hold, ended, seq_reserved
+        )
     else:
         async with manager.writes.hold(), manager.sessionmaker() as db, db.begin():
             changed = False
@@ -308,12 +341,14 @@ async def _finish(
                     prompt_tokens=run.prompt_tokens,
                     completion_tokens=run.completion_tokens,
                     finished_at=run.finished_at,
+                    pending=run.pending,
+                    **({"seq_reserved": seq_reserved} if seq_reserved is not None else {}),
                 )
             )
             if charge:
                 await charge_tenant(db, job.tenant_id, charge)
             event = await job.channel.save_final(db, *terminal)
-    clean = status == RunStatus.COMPLETED and stop_reason in ("end", "length")
+    clean = (status == RunStatus.COMPLETED and stop_reason in ("end", "length")) or waits
     if clean and turn is not None and turn.nodes is not None and after is not None:
         manager.memory.put(job.session_pk, turn.rev + (1 if changed else 0), after)
     if later is not None:
@@ -329,6 +364,14 @@ async def _finish(
     job.done.set()  # stored: the answer need not wait for the session's lock release
 
 
+async def _drop_paused_messages(manager: RunManager, job: Job) -> None:
+    """Delete the messages the run stored when it paused (its memory goes back to before it)."""
+    async with manager.writes.hold(), manager.sessionmaker() as db, db.begin():
+        dropped = await db.execute(sa.delete(Message).where(Message.run_id == job.run_id))
+        if getattr(dropped, "rowcount", 0):
+            await bump_memory_rev(db, job.session_pk)
+
+
 async def _store_end_pg(
     manager: RunManager,
     job: Job,
@@ -337,6 +380,8 @@ async def _store_end_pg(
     terminal: tuple[str, dict[str, Any]],
     charge: int,
     hold: RunHold | None,
+    ended: datetime,
+    seq_reserved: int | None,
 ) -> tuple[bool, Event]:
     """PostgreSQL: the run's end as one statement on the run lock's connection (or, without
     one, a pooled connection); returns whether the memory changed, and the terminal event."""
@@ -346,14 +391,15 @@ async def _store_end_pg(
         rows, rewrite = new_rows(job.session_pk, job.run_id, turn.before, after)
     messages = [{"key": r["key"], "index": r["index"], "data": r["data"]} for r in rows]
     event, events = job.channel.final_rows(*terminal)
-    run = job.run
-    assert run.finished_at is not None
-    args = (run, messages, rewrite, events, charge, run.finished_at)
+    args = (job.run, messages, rewrite, events, charge, ended)
     if hold is not None and hold.pg is not None and not hold.broken:
         try:
             # Its commit also releases the session's run lock (no statement of its own).
             held = await pgturn.store_end(
-                hold.pg, *args, unlock_key=hold.key if hold.locked else None
+                hold.pg,
+                *args,
+                unlock_key=hold.key if hold.locked else None,
+                seq_reserved=seq_reserved,
             )
         except BaseException:
             hold.broken = True  # its lock is released by discarding the connection
@@ -364,7 +410,7 @@ async def _store_end_pg(
             hold.locked = False  # released: the connection goes back to the pool as is
     else:
         async with raw.pooled(manager.engine) as pg:
-            await pgturn.store_end(pg, *args)
+            await pgturn.store_end(pg, *args, seq_reserved=seq_reserved)
     return bool(rows or rewrite), event
 
 

@@ -16,11 +16,15 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.base import utcnow
-from app.db.models import Run, RunEvent
+from app.db.models import Message, Run, RunEvent
 from app.runtime.events import gap_event
 from app.runtime.locks import SessionLocks
+from app.runtime.runner import bump_memory_rev
 from app.runtime.writes import WriteGate
-from app.schemas.vocab import ACTIVE, TERMINAL, EventType, RunStatus
+from app.schemas.vocab import ACTIVE, TERMINAL, WAITING, EventType, RunStatus
+
+# Modes that end a run ``cancelled`` (the others: ``interrupted``).
+CANCELLED_MODES = ("cancelled", "rollback", "approval_timeout")
 
 
 class Orphans:
@@ -40,17 +44,25 @@ class Orphans:
         self.owned = owned  # whether this process runs the run
         self.public = public  # a run's API shape (its final event carries it)
 
-    async def close(self, run_id: str, mode: str) -> bool:
-        """Close an active run no process of ours owns; True if it did."""
+    async def close(self, run_id: str, mode: str, waiting_only: bool = False) -> bool:
+        """Close an active run no process of ours owns; True if it did. ``waiting_only``:
+        only a run still waiting for approval (not one resumed meanwhile, perhaps elsewhere)."""
         async with self.writes.hold(), self.sessionmaker() as db, db.begin():
             # Locked: a live owner cannot raise its reservation meanwhile (it requires the run
             # active, and waits for this row, so sees it closed).
             run = await db.get(Run, run_id, with_for_update=True)
             if run is None or run.status in TERMINAL:
                 return False
-            run.status = (
-                RunStatus.CANCELLED if mode in ("cancelled", "rollback") else RunStatus.INTERRUPTED
-            )
+            if waiting_only and run.status not in WAITING:
+                return False
+            # Messages of a run not yet ended exist only if it waited for a person (stored at
+            # the pause): the session's memory goes back to before the run (a tool-call reply
+            # must not stay without its result).
+            dropped = await db.execute(sa.delete(Message).where(Message.run_id == run_id))
+            if getattr(dropped, "rowcount", 0):
+                await bump_memory_rev(db, run.session_pk)
+            run.pending = None
+            run.status = RunStatus.CANCELLED if mode in CANCELLED_MODES else RunStatus.INTERRUPTED
             run.stop_reason, run.finished_at = mode, utcnow()
             stored = (
                 await db.scalar(

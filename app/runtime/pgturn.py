@@ -20,7 +20,7 @@ from app.db.models import Run
 
 ADMIT = (
     "SELECT o_rev, o_active, o_status FROM agentstation_admit("
-    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::json, $12::json, $13, $14)"
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::json, $12::json, $13, $14, $15)"
 )
 LOOKUP = """\
 SELECT s.pk, s.tenant_id, s.id, s.agent_id, s.agent_version, s.metadata, s.created_at,
@@ -50,12 +50,16 @@ WITH msg AS (
 ), charge AS (
     UPDATE tenants SET tokens_used = tokens_used + $7::bigint WHERE id = $8 AND $7::bigint > 0
 )"""
+# A run that stops to wait for approval ($9 'requires_action') is not finished: it keeps no
+# finished_at, stores its pending calls ($15) and the last id it sent ($16).
 _END_RUN = """\
-UPDATE runs SET status = $9, stop_reason = $10, output = $11::json, error = $12::json,
-    prompt_tokens = $13, completion_tokens = $14, finished_at = $3
+UPDATE runs SET status = $9::text, stop_reason = $10, output = $11::json, error = $12::json,
+    prompt_tokens = $13, completion_tokens = $14,
+    finished_at = CASE WHEN $9::text = 'requires_action' THEN NULL ELSE $3 END,
+    pending = $15::json, seq_reserved = coalesce($16::integer, seq_reserved)
 WHERE id = $2"""
 END = f"{_END_CTES}\n{_END_RUN}"
-# The same, releasing the session's run lock ($15, session-level) at its commit: a transaction
+# The same, releasing the session's run lock ($17, session-level) at its commit: a transaction
 # lock on the same key is taken first (granted at once: this connection holds the key), then
 # the session-level one is released; the transaction lock then holds the session until the
 # commit that makes the end visible. The SELECT always runs (unlike a clause of the UPDATE,
@@ -63,7 +67,7 @@ END = f"{_END_CTES}\n{_END_RUN}"
 END_UNLOCK = f"""{_END_CTES}, fin AS (
 {_END_RUN}
 )
-SELECT pg_advisory_unlock($15) FROM (SELECT pg_advisory_xact_lock($15) OFFSET 0) AS held"""
+SELECT pg_advisory_unlock($17) FROM (SELECT pg_advisory_xact_lock($17) OFFSET 0) AS held"""
 
 
 @dataclass
@@ -76,7 +80,13 @@ class Admission:
 
 
 async def admit(
-    pg: Any, run: Run, reject: bool, take_lock: bool, admit_key: int, run_key: int
+    pg: Any,
+    run: Run,
+    reject: bool,
+    take_lock: bool,
+    admit_key: int,
+    run_key: int,
+    wait_busy: bool = False,
 ) -> Admission | None:
     """Admit ``run`` (None: its session no longer exists)."""
     row = await raw.fetchrow(
@@ -96,6 +106,7 @@ async def admit(
         json.dumps(run.options),
         run.idempotency_key,
         run.created_at,
+        wait_busy,
     )
     if row is None:
         return None
@@ -121,6 +132,7 @@ async def store_end(
     charge: int,
     finished_at: datetime,
     unlock_key: int | None = None,
+    seq_reserved: int | None = None,
 ) -> bool:
     """Store a run's end in one implicit transaction (two statements in an explicit one when
     a memory key was cut and is rewritten, which is rare). ``unlock_key``: also release the
@@ -141,6 +153,8 @@ async def store_end(
         None if run.error is None else json.dumps(run.error),
         run.prompt_tokens,
         run.completion_tokens,
+        None if run.pending is None else json.dumps(run.pending),
+        seq_reserved,
     )
     sql = END
     if unlock_key is not None:

@@ -15,6 +15,7 @@ from agents.schema import AgentMessage, AgentStatusCode
 from app.db.base import utcnow
 from app.db.models import Message
 from app.db.models import Session as SessionRow
+from app.runtime.approvals import Resumption
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, jsonable
 from app.runtime.registry import ServableAgent
@@ -133,10 +134,10 @@ class TurnResult:
 class _Segmenter:
     """Turns an agent's chunk stream into message.delta and message events."""
 
-    def __init__(self, channel: RunChannel | None, result: TurnResult) -> None:
+    def __init__(self, channel: RunChannel | None, result: TurnResult, index: int = 0) -> None:
         self.channel = channel
         self.result = result
-        self.index = -1
+        self.index = index - 1
         self.open: AgentMessage | None = None
         self.text: Any = None
 
@@ -199,6 +200,32 @@ async def stream_turn(
         await segmenter.feed(chunk)
         yield chunk
     await segmenter.close()
+
+
+async def resume_turn(
+    agent: ServableAgent,
+    resume: Resumption,
+    session_key: str,
+    gen_params: dict[str, Any],
+    channel: RunChannel | None = None,
+    result: TurnResult | None = None,
+) -> TurnResult:
+    """Go on with a turn that stopped before tool calls: the decided calls' results, then the
+    agent's next model turns (``agent.resume_stream``), as ``run_turn`` streams a turn."""
+    result = result if result is not None else TurnResult()
+    segmenter = _Segmenter(channel, result, resume.message_index)
+    params = turn_params(agent, gen_params)
+    with usage_scope() as usage:
+        result.usage = usage
+        stream = agent.resume_stream(  # type: ignore[attr-defined]
+            resume.decisions, session_id=session_key, pending=resume.pending, **params
+        )
+        async for chunk in stream:
+            await segmenter.feed(chunk)
+            if AgentStatusCode(int(chunk.stream_state)) == AgentStatusCode.END:
+                result.final = chunk
+        await segmenter.close()
+    return result
 
 
 async def run_turn(

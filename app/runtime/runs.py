@@ -21,6 +21,7 @@ from app.db.models import SEQ_BLOCK, Run, RunEvent
 from app.db.models import Session as SessionRow
 from app.errors import NotFound, SessionBusy
 from app.runtime import pgturn
+from app.runtime.approvals import Resumption, required_action
 from app.runtime.budgets import BudgetFigures
 from app.runtime.events import Event, RunChannel
 from app.runtime.jobs import Job, execute, input_message
@@ -32,7 +33,7 @@ from app.runtime.orphans import Orphans
 from app.runtime.registry import ServableAgent
 from app.runtime.writes import WriteGate
 from app.schemas.agents import AgentSpec
-from app.schemas.vocab import ACTIVE, TERMINAL, EventType, RunStatus, ends_stream
+from app.schemas.vocab import BUSY, TERMINAL, WAITING, EventType, RunStatus, ends_stream
 
 log = logging.getLogger(__name__)
 RUNS = cast(sa.Table, Run.__table__)
@@ -84,6 +85,7 @@ def run_public(run: Run) -> dict[str, Any]:
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
+        "required_action": required_action(run.pending),
     }
 
 
@@ -133,8 +135,17 @@ class RunManager:
         self.finished_public: dict[str, dict[str, Any]] = {}  # their API shape (run_public)
         # Called with each run this process finished (ops: metrics and the "run finished" log).
         self.on_finished: Callable[[Run], None] | None = None
+        # Runs waiting for a person (all replicas; counted by the approval timeout check) and,
+        # for ops, each decision's wait in seconds and outcome ("resumed", "timeout_cancelled").
+        self.waiting_count = 0
+        self.on_approval: Callable[[float, str], None] | None = None
 
     public = staticmethod(run_public)
+
+    def on_approval_decided(self, waited_s: float, outcome: str) -> None:
+        """A waiting run was decided about (ops: the time-waited histogram)."""
+        if self.on_approval is not None:
+            self.on_approval(waited_s, outcome)
 
     async def submit(self, sub: Submission, inline: bool = False) -> tuple[Run, bool]:
         """Create (or, with a known Idempotency-Key, find) the run; returns (run, created).
@@ -166,18 +177,22 @@ class RunManager:
                     # The session's memory revision and its active runs, in one query.
                     rows = (
                         await db.execute(
-                            sa.select(SessionRow.memory_rev, Run.id)
+                            sa.select(SessionRow.memory_rev, Run.id, Run.status)
                             .select_from(SessionRow)
                             .outerjoin(
-                                Run, (Run.session_pk == SessionRow.pk) & Run.status.in_(ACTIVE)
+                                Run, (Run.session_pk == SessionRow.pk) & Run.status.in_(BUSY)
                             )
                             .where(SessionRow.pk == session_pk)
                             .order_by(Run.created_at)
                         )
                     ).all()
                     rev = rows[0][0] if rows else None
-                    active = [run_id for _, run_id in rows if run_id is not None]
-                    if active and sub.strategy == "reject":
+                    active = [run_id for _, run_id, _ in rows if run_id is not None]
+                    waiting = any(status in WAITING for _, _, status in rows)
+                    # A run waiting for a person is never queued behind (enqueue refuses).
+                    if active and (
+                        sub.strategy == "reject" or (waiting and sub.strategy == "enqueue")
+                    ):
                         raise SessionBusy(sub.session.id)
                     if sub.strategy in ("interrupt", "rollback"):
                         to_cancel = active
@@ -221,6 +236,7 @@ class RunManager:
                     take,
                     advisory_key("admit:" + session_pk),
                     hold.key,
+                    wait_busy=sub.strategy == "enqueue",
                 )
                 hold.locked = got is not None and got.status == RunStatus.RUNNING
                 if not hold.locked:
@@ -251,15 +267,15 @@ class RunManager:
     async def writing_memory(self, session_pk: str, session_id: str) -> AsyncIterator[AsyncSession]:
         """A transaction that may replace the session's memory (PUT, reset), admitted like a
         run: under the session's admission lock (on PostgreSQL across replicas), and refused
-        with 409 ``session_busy`` while a run of the session is queued or running, so a turn
-        never loads, or appends to, a memory replaced under it."""
+        with 409 ``session_busy`` while a run of the session is queued, running or waiting for
+        approval, so a turn never loads, or appends to, a memory replaced under it."""
         for attempt in (1, 2):
             async with self.locks.admission(session_pk):
                 async with self.writes.hold(), self.sessionmaker() as db, db.begin():
                     await lock_for_transaction(db, session_pk)
                     busy = await db.scalar(
                         sa.select(Run.id)
-                        .where(Run.session_pk == session_pk, Run.status.in_(ACTIVE))
+                        .where(Run.session_pk == session_pk, Run.status.in_(BUSY))
                         .limit(1)
                     )
                     if busy is None:
@@ -301,7 +317,8 @@ class RunManager:
             created_at=now,
             started_at=now if running else None,
             finished_at=None,
-            seq_reserved=SEQ_BLOCK,  # PostgreSQL's admission leaves it to the column default
+            seq_reserved=SEQ_BLOCK,
+            pending=None,  # PostgreSQL's admission leaves it to the column default
         )
 
     def _start(
@@ -336,16 +353,21 @@ class RunManager:
             charge_later=sub.charge_later,
             held=held,
         )
-        self.jobs[run.id] = job
-        self.channels[run.id] = channel
         # run.created is the first event (seq 1) of every run.
         channel.seed(EventType.RUN_CREATED, {"run": run_public(run)})
+        self._launch(job, inline, held)
+
+    def _launch(self, job: Job, inline: bool, held: RunHold | None = None) -> None:
+        """Register ``job`` and start its task (``inline``: the caller runs it)."""
+        channel = job.channel
+        self.jobs[job.run_id] = job
+        self.channels[job.run_id] = channel
         channel.start()
         if inline:
             job.task = asyncio.current_task()
             job.inline = True
             return
-        job.task = asyncio.create_task(execute(self, job), name=f"run-{run.id}")
+        job.task = asyncio.create_task(execute(self, job), name=f"run-{job.run_id}")
         if held is not None:  # a task cancelled before its first step never ran execute()
             job.task.add_done_callback(lambda _task: self._release_unclaimed(job))
 
@@ -374,14 +396,56 @@ class RunManager:
             task.add_done_callback(self._background.discard)
 
     def forget(self, job: Job) -> None:
-        """Called by a finished job: drop it now, its channel after a grace period."""
-        self.jobs.pop(job.run_id, None)
-        asyncio.get_running_loop().call_later(KEEP_CHANNEL_S, self._drop_finished, job.run_id)
+        """Called by a finished job: drop it now, its channel after a grace period (a run
+        that waits for a person at once: followers then read the stored log, which goes on
+        when the run resumes, perhaps on another replica)."""
+        if self.jobs.get(job.run_id) is job:
+            self.jobs.pop(job.run_id, None)
+        if job.run.status in WAITING:
+            if self.channels.get(job.run_id) is job.channel:
+                self.channels.pop(job.run_id, None)
+        loop = asyncio.get_running_loop()
+        loop.call_later(KEEP_CHANNEL_S, self._drop_finished, job.run_id, job.channel)
 
-    def _drop_finished(self, run_id: str) -> None:
+    def _drop_finished(self, run_id: str, channel: RunChannel | None = None) -> None:
+        if channel is not None and self.channels.get(run_id) not in (None, channel):
+            return  # resumed since: its new channel and result stay
         self.channels.pop(run_id, None)
         self.finished.pop(run_id, None)
         self.finished_public.pop(run_id, None)
+
+    def resume(
+        self,
+        run: Run,
+        spec: AgentSpec,
+        resumption: Resumption,
+        events: list[Event],
+        inline: bool = False,
+    ) -> Job:
+        """Start the job of a run claimed back from ``requires_action`` (now ``queued``):
+        its events number on from ``events`` (the stored log)."""
+        channel = RunChannel(
+            run.id, self.sessionmaker, self.flush_s, self.writes, run.seq_reserved, self.store_s
+        )
+        channel.preload(events)
+        self.finished.pop(run.id, None)
+        self.finished_public.pop(run.id, None)
+        job = Job(
+            run=run,
+            run_id=run.id,
+            tenant_id=run.tenant_id,
+            session_pk=run.session_pk,
+            session_id=run.session_id,
+            agent_name=run.agent,
+            spec=spec,
+            message=input_message(run.input),
+            gen_params={},
+            channel=channel,
+            queued=True,
+            resume=resumption,
+        )
+        self._launch(job, inline)
+        return job
 
     def result(self, run_id: str) -> Run | None:
         """The final state of a run this process finished recently (None: read the database)."""
@@ -403,6 +467,11 @@ class RunManager:
     async def cancel(self, run_id: str, mode: str = "cancelled") -> None:
         """Cancel a run (reaching the model call and the tool) and wait for it to stop."""
         job = self.jobs.get(run_id)
+        if job is None and await self._waiting(run_id):
+            # Nobody runs it: close it here (a concurrent resume claims it, or finds it closed).
+            if await self.orphans.close(run_id, mode, waiting_only=True):
+                return
+            job = self.jobs.get(run_id)  # resumed meanwhile, here or elsewhere
         if job is None:
             if self.bus.enabled and await self._cancel_remote(run_id, mode):
                 return
@@ -417,6 +486,11 @@ class RunManager:
             job.task.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(job.done.wait()), self.cancel_timeout_s * 5)
+
+    async def _waiting(self, run_id: str) -> bool:
+        async with self.sessionmaker() as db:
+            status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
+        return status in WAITING
 
     async def _cancel_remote(self, run_id: str, mode: str) -> bool:
         """Ask the replica that owns the run; True once the run has a final status."""
@@ -469,7 +543,12 @@ class RunManager:
             for row in rows:
                 after = row.seq
                 yield Event(row.seq, row.type, row.data)
-                if ends_stream(row.type):
+                # A pause ends the stream only while the run still waits there: a resumed
+                # run's log goes on after it (Last-Event-ID across the pause).
+                paused_before = row.type == EventType.RUN_REQUIRES_ACTION and (
+                    row is not rows[-1] or (found is not None and found[0] not in WAITING)
+                )
+                if ends_stream(row.type) and not paused_before:
                     return
             if found is None or found[0] in TERMINAL:
                 return

@@ -53,11 +53,25 @@ class ToolRef(BaseModel):
 
     name: str = Field(min_length=1)
     config: dict[str, Any] = Field(default_factory=dict)
+    # A person approves each call of this tool first (docs/approvals.md).
+    requires_approval: bool = False
 
 
 AgentName = Annotated[str, Name]
 # A participant's name inside a multi-agent spec: a memory key part, so no dots.
 MemberName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][\w\-]*$")]
+
+
+class ApprovalSpec(BaseModel):
+    """Tool calls that wait for a person's decision (docs/approvals.md)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    # Tool names (``Tool`` or ``Tool.api``), or "all": every tool call waits.
+    tools: Literal["all"] | list[Annotated[str, Field(min_length=1, max_length=200)]] = "all"
+    # Nobody decided within this many seconds: deny every pending call, or cancel the run.
+    timeout_s: Annotated[int, Field(ge=1, le=90 * 86400), WHOLE] | None = None
+    on_timeout: Literal["deny", "cancel"] = "deny"
 
 
 class DoneSpec(BaseModel):
@@ -110,6 +124,8 @@ class AgentSpec(BaseModel):
     # What a message to a busy session does when the request does not say (REST's
     # multitask_strategy, the OpenAI front door's X-Multitask-Strategy); None: reject.
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = None
+    # kind "tool_agent": tool calls that wait for a person (with ``requires_approval`` tools).
+    approval: ApprovalSpec | None = None
     # Other agents: inline specs, or stored agents by name (pinned when a session starts).
     sub_agents: dict[str, AgentSpec | AgentName] = Field(default_factory=dict)
     budget: BudgetSpec | None = None  # tokens per session (app.ops.budget)
@@ -126,6 +142,15 @@ class AgentSpec(BaseModel):
     max_turns: Annotated[int, Field(ge=1, le=1000), WHOLE] | None = None
     max_stalled_steps: Annotated[int, Field(ge=1, le=100), WHOLE] | None = None  # None: 3
     run_budget: RunBudgetSpec | None = None
+
+    def approval_tools(self) -> list[str] | None:
+        """The tools whose calls wait for a person (``["*"]``: all); None: none do."""
+        named = [ref.name for ref in self.tools if ref.requires_approval]
+        if self.approval is not None:
+            if self.approval.tools == "all":
+                return ["*"]
+            named += self.approval.tools
+        return sorted(set(named)) if named else None
 
     def children(self, prefix: str = "spec") -> list[tuple[str, AgentSpec | str]]:
         """The directly nested agents (inline specs or names), with their parameter paths."""

@@ -76,6 +76,44 @@ class UsagePublic(BaseModel):
     total_tokens: int
 
 
+class PendingToolCall(BaseModel):
+    """A tool call a run waits on: validated arguments, as the model asked for them."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class RequiredAction(BaseModel):
+    """What a ``requires_action`` run waits for: a decision per call (docs/approvals.md)."""
+
+    type: Literal["tool_calls"]
+    tool_calls: list[PendingToolCall]
+    since: datetime | None
+    deadline: datetime | None  # ``approval.timeout_s`` after ``since`` (None: no timeout)
+
+
+class Decision(BaseModel):
+    """A person's decision about one pending call."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    id: str = Field(min_length=1, max_length=128)
+    action: Literal["approve", "deny", "edit"]
+    message: str | None = Field(default=None, max_length=100_000)  # deny: the tool's result
+    arguments: dict[str, Any] | None = None  # edit: the arguments to run the call with
+
+
+class ResumeRequest(BaseModel):
+    """POST /v1/runs/{id}/resume: one decision per pending call."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    decisions: list[Decision] = Field(min_length=1, max_length=64)
+    stream: bool = Field(default=False, strict=True)
+    on_disconnect: Literal["cancel", "continue"] = "continue"
+
+
 class RunPublic(BaseModel):
     """A run."""
 
@@ -91,6 +129,7 @@ class RunPublic(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    required_action: RequiredAction | None = None  # status ``requires_action``: the calls
 
 
 RunList = Page[RunPublic]

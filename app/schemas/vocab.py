@@ -12,10 +12,13 @@ from enum import StrEnum
 
 
 class RunStatus(StrEnum):
-    """Where a run is. ``queued`` and ``running`` are active; the rest are final."""
+    """Where a run is. ``queued`` and ``running`` are active; ``requires_action`` waits for a
+    person's decision about tool calls (no task, nothing held; the session stays busy); the
+    rest are final."""
 
     QUEUED = "queued"
     RUNNING = "running"
+    REQUIRES_ACTION = "requires_action"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -31,7 +34,11 @@ class RunStatus(StrEnum):
 
 
 ACTIVE: tuple[RunStatus, ...] = (RunStatus.QUEUED, RunStatus.RUNNING)
-TERMINAL: tuple[RunStatus, ...] = tuple(s for s in RunStatus if s not in ACTIVE)
+# Stopped before tool calls until a person decides (POST /v1/runs/{id}/resume).
+WAITING: tuple[RunStatus, ...] = (RunStatus.REQUIRES_ACTION,)
+# The statuses that keep a session busy (new messages follow the multitask strategy).
+BUSY: tuple[RunStatus, ...] = (*ACTIVE, *WAITING)
+TERMINAL: tuple[RunStatus, ...] = tuple(s for s in RunStatus if s not in BUSY)
 
 
 class EventType(StrEnum):
@@ -53,6 +60,9 @@ class EventType(StrEnum):
     RUN_COMPLETED = "run.completed", True
     RUN_FAILED = "run.failed", True
     RUN_CANCELLED = "run.cancelled", True
+    # The run stopped before tool calls a person must decide about; it goes on after
+    # POST /v1/runs/{id}/resume, on the same event log (this stream ends here).
+    RUN_REQUIRES_ACTION = "run.requires_action", True
     ERROR = "error", True  # a stream that could not go on (the run's own end is one of the above)
 
 
@@ -64,6 +74,7 @@ END_EVENT: dict[RunStatus, EventType] = {
     RunStatus.FAILED: EventType.RUN_FAILED,
     RunStatus.CANCELLED: EventType.RUN_CANCELLED,
     RunStatus.INTERRUPTED: EventType.RUN_CANCELLED,
+    RunStatus.REQUIRES_ACTION: EventType.RUN_REQUIRES_ACTION,
 }
 
 

@@ -13,7 +13,7 @@ from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound
 from app.runtime.registry import Registry
 from app.schemas.agents import AgentCreate, AgentPublic, AgentSpec, AgentUpdate
-from app.schemas.vocab import ACTIVE
+from app.schemas.vocab import BUSY
 from app.services.agent_directory import KIND as CACHE_KIND
 from app.services.agent_refs import check_refs
 from app.services.pages import check_limit, page
@@ -109,12 +109,12 @@ async def update_agent(
 
 
 async def active_runs(db: AsyncSession, tenant_id: str, name: str) -> list[str]:
-    """Ids of the queued or running runs on the agent's sessions."""
+    """Ids of the queued, running or waiting runs on the agent's sessions."""
     agent = await get_agent(db, tenant_id, name)
     rows = await db.scalars(
         sa.select(Run.id)
         .join(SessionRow, SessionRow.pk == Run.session_pk)
-        .where(SessionRow.agent_id == agent.id, Run.status.in_(ACTIVE))
+        .where(SessionRow.agent_id == agent.id, Run.status.in_(BUSY))
     )
     return list(rows)
 

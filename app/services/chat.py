@@ -46,6 +46,9 @@ class Piece:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
     answer: str = ""  # the final message's whole text (non-streaming responses)
+    # A run waiting for approval: its pending calls as OpenAI ``tool_calls`` (finish_reason
+    # "tool_calls"); the client answers them with ``role: "tool"`` messages.
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 def split_input(messages: list[ChatMessage]) -> tuple[list[ChatMessage], str]:
@@ -311,11 +314,16 @@ async def session_submission(
 
 
 async def run_pieces(
-    state: AppState, run_id: str, hold: bool = False, req: ChatCompletionRequest | None = None
+    state: AppState,
+    run_id: str,
+    hold: bool = False,
+    req: ChatCompletionRequest | None = None,
+    after: int = 0,
 ) -> AsyncIterator[Piece]:
-    """A session run's text deltas from its event log, then its end (``hold``: the answer
-    only, when the run ends; see ``_Texts``)."""
-    async for event in state.run_manager.follow(run_id, 0):
+    """A session run's text deltas from its event log after ``after``, then its end
+    (``hold``: the answer only, when the run ends; see ``_Texts``). A run that stops for
+    approval ends the answer with its pending calls as ``tool_calls``."""
+    async for event in state.run_manager.follow(run_id, after):
         if event.type == EventType.MESSAGE_DELTA:
             if (
                 not hold
@@ -333,6 +341,11 @@ async def run_pieces(
                 yield Piece(answer)
             finish = _finish(run.get("stop_reason"))
             yield Piece(final=True, usage=usage, answer=answer, finish_reason=finish)
+        elif event.type == EventType.RUN_REQUIRES_ACTION:
+            run = event.data["run"]
+            usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
+            calls = [openai_tool_call(c) for c in event.data.get("tool_calls") or []]
+            yield Piece(final=True, usage=usage, finish_reason="tool_calls", tool_calls=calls)
         elif ends_stream(event.type):
             run = event.data.get("run") or {}
             error = event.data.get("error") or run.get("error") or {}
@@ -357,21 +370,34 @@ def completion_id() -> str:
     return f"chatcmpl-{random.getrandbits(128):032x}"
 
 
-def completion(model: str, text: str, usage: Usage, finish: str = "stop") -> dict[str, Any]:
-    """A whole chat.completion object."""
+def openai_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A pending call as an OpenAI ``tool_calls`` entry (``Tool.api`` named ``Tool__api``)."""
+    arguments = json.dumps(call.get("arguments") or {}, ensure_ascii=False)
+    name = str(call["name"]).replace(".", "__")
+    return {
+        "id": call["id"],
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def completion(
+    model: str,
+    text: str,
+    usage: Usage,
+    finish: str = "stop",
+    tool_calls: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A whole chat.completion object (with ``tool_calls``: a run waiting for approval)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
     return {
         "id": completion_id(),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish,
-                "logprobs": None,
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
         "usage": usage.to_dict(),
     }
 
@@ -393,6 +419,19 @@ async def chunks(
     enc = ChunkEncoder(base)
     yield enc.role(0)
     async for piece in pieces:
+        if piece.final and piece.tool_calls:
+            calls = [{"index": i, **call} for i, call in enumerate(piece.tool_calls)]
+            yield {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": calls},
+                        "finish_reason": None,
+                        "logprobs": None,
+                    }
+                ],
+            }
         if piece.final:
             yield enc.finish(0, piece.finish_reason)
             if include_usage:

@@ -18,7 +18,7 @@ from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message
 from app.runtime.runner import SESSIONS, load_state, memory_rev_bump
 from app.schemas.sessions import SessionCreate, SessionPublic
-from app.schemas.vocab import ACTIVE
+from app.schemas.vocab import BUSY
 from app.services.agent_refs import resolve_refs
 from app.services.agents import agent_spec, get_agent
 from app.services.pages import check_limit, page
@@ -110,9 +110,9 @@ async def list_sessions(
 
 
 async def active_run(db: AsyncSession, session_pk: str) -> str | None:
-    """The id of a queued or running run of the session, if any."""
+    """The id of a queued, running or waiting run of the session, if any."""
     found: str | None = await db.scalar(
-        sa.select(Run.id).where(Run.session_pk == session_pk, Run.status.in_(ACTIVE))
+        sa.select(Run.id).where(Run.session_pk == session_pk, Run.status.in_(BUSY))
     )
     return found
 

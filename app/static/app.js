@@ -6,6 +6,8 @@ import {
   toolBoxes,
 } from "./editor.js";
 
+const WAITING = V.statuses.REQUIRES_ACTION;  // a run waiting for a person (approvals)
+
 // ---------------------------------------------------------------- connection and lists
 
 function setConn(text, cls) {
@@ -104,6 +106,10 @@ async function selectSession(id) {
     const run = newRun(last.id);
     run.lastEventId = "0";
     followRun(run);
+  } else if (last && last.status === WAITING && last.required_action) {
+    const run = newRun(last.id);  // waiting for a decision: ask for it again
+    run.status = last.status;
+    renderApproval(run, last.required_action.tool_calls);
   }
 }
 
@@ -210,6 +216,7 @@ function newRun(id) {
 }
 
 function detachRun() {
+  clearApprovals();
   const run = ui.run;
   if (!run) return;
   run.detached = true;
@@ -229,8 +236,9 @@ function setRunBar(run) {
   $("run-id").textContent = run ? run.id.slice(0, 12) + "…" : "";
   $("run-id").title = run ? run.id : "";
   const active = Boolean(run && ACTIVE.has(run.status));
-  $("cancel").disabled = !active;
-  $("send").disabled = active || !ui.session;
+  const waiting = Boolean(run && run.status === WAITING);  // for a person's decision
+  $("cancel").disabled = !active && !waiting;
+  $("send").disabled = active || waiting || !ui.session;
 }
 
 function setComposer(enabled) {
@@ -276,19 +284,110 @@ function handleEvent(run, frame) {
       else if (frame.event === EV.RUN_CANCELLED) note("run " + d.run.status);
       break;
     }
+    case EV.RUN_REQUIRES_ACTION: {
+      run.status = d.run.status;
+      setRunBar(d.run);
+      for (const el of Object.values(run.bubbles)) el.classList.remove("streaming");
+      renderApproval(run, d.tool_calls || []);
+      break;
+    }
     case EV.ERROR:
       note("stream error: " + (d.error ? d.error.message : text(d)));
       break;
     default:
-      renderApproval(run, frame);
+      note("event " + frame.event + ": " + text(frame.data));
   }
 }
 
-// TODO(approvals): approvals are built in parallel; when their event (a tool call waiting for
-// approval) arrives, render Approve / Deny / Edit buttons into #approvals here and POST the
-// decision. Until then an unknown event is only shown as a note.
-function renderApproval(run, frame) {
-  note("event " + frame.event + ": " + text(frame.data));
+// ---------------------------------------------------------------- approvals
+
+// A run waiting for approval (docs/approvals.md): each pending call with its arguments
+// (editable) and Approve / Deny / Run edited; once every call has a decision they go to
+// POST /v1/runs/{id}/resume and the page follows the run's next events.
+function renderApproval(run, calls) {
+  const box = $("approvals");
+  box.replaceChildren();
+  if (!calls.length) { box.hidden = true; return; }
+  const head = document.createElement("div");
+  head.className = "approvals-head";
+  head.textContent = calls.length === 1
+    ? "This tool call waits for your approval"
+    : calls.length + " tool calls wait for your approval";
+  box.append(head);
+  const decisions = {};
+  const decide = (row, id, decision) => {
+    decisions[id] = { id, ...decision };
+    for (const b of row.querySelectorAll("button, textarea, input")) b.disabled = true;
+    row.dataset.decided = decision.action;
+    if (Object.keys(decisions).length === calls.length) resume(run, calls, Object.values(decisions));
+  };
+  for (const call of calls) {
+    const row = document.createElement("div");
+    row.className = "approval";
+    row.dataset.callId = call.id;
+    const title = document.createElement("div");
+    title.className = "approval-title";
+    title.textContent = "⚙ " + call.name;
+    const args = document.createElement("textarea");
+    args.className = "approval-args mono";
+    args.rows = Math.min(8, JSON.stringify(call.arguments, null, 2).split("\n").length);
+    args.value = JSON.stringify(call.arguments, null, 2);
+    args.setAttribute("aria-label", "arguments of " + call.name + " (edit, then Run edited)");
+    const reason = document.createElement("input");
+    reason.className = "approval-reason";
+    reason.placeholder = "why not? (the model reads it)";
+    reason.setAttribute("aria-label", "reason for a denial");
+    const buttons = document.createElement("div");
+    buttons.className = "approval-buttons";
+    const button = (label, cls, onClick) => {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = label;
+      b.className = cls;
+      b.addEventListener("click", onClick);
+      buttons.append(b);
+      return b;
+    };
+    button("Approve", "approve", () => decide(row, call.id, { action: "approve" }));
+    button("Deny", "deny", () => decide(row, call.id, { action: "deny", message: reason.value.trim() || null }));
+    button("Run edited", "edit", () => {
+      let edited;
+      try {
+        edited = JSON.parse(args.value);
+      } catch (err) {
+        note("the arguments are not JSON: " + err.message);
+        return;
+      }
+      decide(row, call.id, { action: "edit", arguments: edited });
+    });
+    row.append(title, args, reason, buttons);
+    box.append(row);
+  }
+  box.hidden = false;
+  box.querySelector("button.approve").focus();
+}
+
+function clearApprovals() {
+  $("approvals").hidden = true;
+  $("approvals").replaceChildren();
+}
+
+async function resume(run, calls, decisions) {
+  clearApprovals();
+  try {
+    const resp = await fetch("/v1/runs/" + encodeURIComponent(run.id) + "/resume", {
+      method: "POST",
+      headers: { ...authHeaders(), "Content-Type": "application/json" },
+      body: JSON.stringify({ decisions, stream: true, on_disconnect: "continue" }),
+    });
+    if (!resp.ok) throw await apiError(resp);
+    run.status = V.statuses.QUEUED;
+    setRunBar(run);
+    await followRun(run, resp);
+  } catch (err) {
+    note("the decision was not taken: " + err.message);
+    if (err instanceof ApiError && err.status === 422) renderApproval(run, calls);  // fix it
+  }
 }
 
 // Read frames until the run's final event; true when it came.
@@ -364,10 +463,16 @@ async function send(message) {
 
 async function cancelRun() {
   const run = ui.run;
-  if (!run || !run.id || !ACTIVE.has(run.status)) return;
+  if (!run || !run.id || !(ACTIVE.has(run.status) || run.status === WAITING)) return;
   $("cancel").disabled = true;
   try {
-    setRunBar(await api("POST", "/v1/runs/" + encodeURIComponent(run.id) + "/cancel"));
+    const cancelled = await api("POST", "/v1/runs/" + encodeURIComponent(run.id) + "/cancel");
+    if (run.status === WAITING) {  // nothing streams: the answer is the run's end
+      clearApprovals();
+      run.status = cancelled.status;
+      note("run " + cancelled.status);
+    }
+    setRunBar(cancelled);
   } catch (err) {
     note("cancel failed: " + err.message);
   }

@@ -8,9 +8,11 @@ from pathlib import Path
 from app.main import create_app
 from app.schemas.vocab import (
     ACTIVE,
+    BUSY,
     END_EVENT,
     ENDS_STREAM,
     TERMINAL,
+    WAITING,
     EventType,
     RunStatus,
     ends_stream,
@@ -20,11 +22,12 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 def test_every_final_status_has_the_event_that_ends_its_stream() -> None:
-    assert set(ACTIVE) | set(TERMINAL) == set(RunStatus)
-    assert not set(ACTIVE) & set(TERMINAL)
-    for status in TERMINAL:
+    assert set(ACTIVE) | set(WAITING) | set(TERMINAL) == set(RunStatus)
+    assert not set(ACTIVE) & set(TERMINAL) and not set(WAITING) & set(TERMINAL)
+    assert set(BUSY) == set(ACTIVE) | set(WAITING)
+    for status in (*TERMINAL, *WAITING):  # a waiting run's stream ends too (it resumes later)
         assert END_EVENT[status].ends_stream, status
-    assert set(END_EVENT) == set(TERMINAL)
+    assert set(END_EVENT) == set(TERMINAL) | set(WAITING)
 
 
 def test_ends_stream_is_derived_from_the_members() -> None:

@@ -1,0 +1,134 @@
+"""Acceptance (issue 15) with real sandboxed kernels: a scripted tool agent asks for
+``IPythonInteractive``; nothing runs until a person decides (checked in the kernel's work dir);
+approve runs the cell and the model reads its output, deny runs nothing and the model reads the
+denial, edit runs the edited code."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import KEY_A, MODELS
+
+pytestmark = pytest.mark.kernel
+
+
+def _call(code: str) -> str:
+    body = {"name": "IPythonInteractive", "parameters": {"command": code}}
+    return f"I will run this.\n```json\n{json.dumps(body)}\n```\n"
+
+
+APPROVED = "open('approved.txt', 'w').write('x')\nprint(6 * 7)"
+DENIED = "open('denied.txt', 'w').write('x')\nprint('ran anyway')"
+ORIGINAL = "open('original.txt', 'w').write('x')"
+EDITED = "open('edited.txt', 'w').write('x')\nprint('edited ran')"
+REPLIES = [
+    _call(APPROVED), "It printed 42.",
+    _call(DENIED), "Fine, I will not.",
+    _call(ORIGINAL), "Done.",
+]  # fmt: skip
+SPEC = {
+    "kind": "tool_agent",
+    "model": "coder",
+    "tools": [{"name": "IPythonInteractive"}],
+    "approval": {"tools": ["IPythonInteractive"]},
+}
+
+
+@pytest.fixture
+def base_dir() -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="agentstation-approve-"))
+    base.chmod(0o711)  # sandbox uids must traverse it
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+async def client(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, base_dir: Path
+) -> AsyncIterator[httpx.AsyncClient]:
+    monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base_dir))
+    monkeypatch.setenv("AGENTSTATION_SANDBOX_TIMEOUT_S", "10")
+    models = [*MODELS, {"name": "coder", "backend": "scripted", "replies": REPLIES}]
+    app = create_app(settings_factory(models=json.dumps(models), sandbox_enabled=True))
+    async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30):
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=headers, timeout=60
+        ) as c:
+            for _ in range(600):  # the pool's self-test runs in the background
+                if (await c.get("/readyz")).json()["sandbox"]["level"] is not None:
+                    break
+                await asyncio.sleep(0.05)
+            yield c
+
+
+def _workdir(base_dir: Path, session_id: str) -> Path:
+    """The session's kernel work dir on the host (KernelPool.workdir of ``a:<session>``)."""
+    return base_dir / "sessions" / hashlib.sha256(f"a:{session_id}".encode()).hexdigest()[:32]
+
+
+async def _pause(client: httpx.AsyncClient, sid: str, code: str) -> tuple[str, str]:
+    resp = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "go"})
+    run = resp.json()["run"]
+    assert run["status"] == "requires_action", resp.text
+    call = run["required_action"]["tool_calls"][0]
+    assert (call["name"], call["arguments"]) == ("IPythonInteractive", {"command": code})
+    return run["id"], call["id"]
+
+
+async def _decide(client: httpx.AsyncClient, run_id: str, decision: dict[str, Any]) -> str:
+    resp = await client.post(
+        f"/v1/runs/{run_id}/resume", json={"decisions": [decision], "stream": True}
+    )
+    assert resp.status_code == 200, resp.text
+    assert "event: run.completed" in resp.text, resp.text
+    run = (await client.get(f"/v1/runs/{run_id}")).json()
+    assert run["status"] == "completed"
+    return str(run["output"]["content"])
+
+
+async def _tool_result(client: httpx.AsyncClient, sid: str) -> str:
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    return str(memory[-2]["content"])
+
+
+async def test_approve_deny_edit_with_a_real_kernel(
+    client: httpx.AsyncClient, base_dir: Path
+) -> None:
+    await client.post("/v1/agents", json={"name": "coder", "spec": SPEC})
+    sid = (await client.post("/v1/sessions", json={"agent": "coder"})).json()["id"]
+    work = _workdir(base_dir, sid)
+
+    run_id, call_id = await _pause(client, sid, APPROVED)
+    assert not (work / "approved.txt").exists()  # no cell ran while it waits
+    answer = await _decide(client, run_id, {"id": call_id, "action": "approve"})
+    assert (work / "approved.txt").exists()
+    assert "42" in await _tool_result(client, sid) and answer == "It printed 42."
+
+    run_id, call_id = await _pause(client, sid, DENIED)
+    deny = {"id": call_id, "action": "deny", "message": "no files, please"}
+    answer = await _decide(client, run_id, deny)
+    assert not (work / "denied.txt").exists()
+    result = await _tool_result(client, sid)
+    assert "no files, please" in result and "ran anyway" not in result
+    assert answer == "Fine, I will not."
+
+    run_id, call_id = await _pause(client, sid, ORIGINAL)
+    edit = {"id": call_id, "action": "edit", "arguments": {"command": EDITED}}
+    await _decide(client, run_id, edit)
+    assert (work / "edited.txt").exists() and not (work / "original.txt").exists()
+    assert "edited ran" in await _tool_result(client, sid)
