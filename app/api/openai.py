@@ -152,12 +152,11 @@ async def chat_completions(request: Request) -> Response:
             hold = chat.holds_turns(agent.spec) or chat.wants_json(body)
             pieces = chat.run_pieces(state, run_id, hold, body, after)
         elif x_session_id:
-            sub = await chat.session_submission(
+            # The turn POST /v1/sessions/{id}/messages runs (one submission and admission
+            # path; a whole answer runs in this request's task), its events as chat pieces.
+            pieces = await chat.session_pieces(
                 state, who.tenant_id, agent, x_session_id, body, strategy
             )
-            run, _ = await state.run_manager.submit(sub)
-            hold = chat.holds_turns(sub.spec) or chat.wants_json(body)
-            pieces = chat.run_pieces(state, run.id, hold, body)
         else:
             if agent.spec.approval_tools() is not None:
                 raise BadRequest(

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents.llms.base import Usage
 from app.cache import invalidate_on_commit
 from app.db.models import Run, Tenant
-from app.ops.budget import BudgetSpec, RunBudget
 
 BUDGET_CACHE_KIND = "tenant_budget"  # app.ops.tenant_usage's cache (key: tenant id)
 
@@ -46,27 +42,6 @@ async def tenant_budget(db: AsyncSession, tenant_id: str) -> tuple[int | None, i
         )
     ).first()
     return (None, 0) if row is None else (row.token_budget, int(row.tokens_used or 0))
-
-
-async def load_run_budget(
-    db: AsyncSession,
-    tenant_id: str,
-    session_pk: str,
-    spec_budget: BudgetSpec | None,
-    usage: Usage | Callable[[], Usage],
-) -> RunBudget:
-    """The session's (from the agent spec) and tenant's budgets with what they used before."""
-    session_limit = spec_budget.max_total_tokens if spec_budget is not None else None
-    session_used = await session_tokens(db, session_pk) if session_limit is not None else 0
-    tenant_limit, tenant_used = await tenant_budget(db, tenant_id)
-    return RunBudget.build(usage, session_limit, session_used, tenant_limit, tenant_used)
-
-
-async def preflight(
-    db: AsyncSession, tenant_id: str, session_pk: str, spec_budget: BudgetSpec | None
-) -> None:
-    """Raise ``BudgetExceeded`` (429 ``budget_exceeded``) if a new run could not start."""
-    (await load_run_budget(db, tenant_id, session_pk, spec_budget, Usage())).preflight()
 
 
 async def charge_tenant(db: AsyncSession, tenant_id: str, tokens: int) -> None:

@@ -10,27 +10,27 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agents.agent import BaseAgent
 from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
-from app.errors import BadRequest, NotFound, Unavailable
+from app.errors import BadRequest, Conflict, Unavailable
 from app.models.encoded import ChunkEncoder
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import RunBudget, budget_scope
-from app.ops.budget_store import preflight
 from app.runtime.messages import dump_message
 from app.runtime.runner import turn_params
 from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec, GenParams
 from app.schemas.openai import ChatCompletionRequest, ChatMessage
-from app.schemas.sessions import SessionCreate
-from app.schemas.vocab import EventType, ends_stream
+from app.schemas.sessions import RunCreate, SessionCreate
+from app.schemas.vocab import END_EVENT, EventType, RunStatus, ends_stream
 from app.services.agent_directory import AgentInfo
-from app.services.agent_refs import pinned_spec, resolve_refs
-from app.services.agents import agent_spec
-from app.services.sessions import create_session, get_session
+from app.services.agent_refs import pinned_spec
+from app.services.runs import SessionNotFound, prepare_submission
+from app.services.sessions import create_session
 from app.state import AppState
 
 _TEXT_STATES = (int(AgentStatusCode.STREAM_ING), int(AgentStatusCode.END))
@@ -283,33 +283,94 @@ async def session_submission(
     req: ChatCompletionRequest,
     strategy: str | None = None,
 ) -> Submission:
-    """A run on the persistent session ``session_id`` (created on first use); a busy session
-    follows ``strategy`` (the request's header), else the agent's, else ``reject``."""
-    _, text = split_input(req.messages)
+    """A run on the persistent session ``session_id`` (created on first use), prepared by the
+    same path as ``POST /v1/sessions/{id}/messages`` (``prepare_submission``: its lookup, its
+    budget preflight, its batched tenant usage); a busy session follows ``strategy`` (the
+    request's header), else the agent's, else ``reject``."""
+    _, text = split_input(req.messages)  # 400 before any statement
+    fields: dict[str, Any] = {
+        "message": text,
+        "stream": req.stream,
+        "on_disconnect": "continue",
+        "gen_params": GenParams.model_validate(req.gen_params()),
+    }
+    if strategy is not None:  # else the agent's default, as REST's omitted field
+        fields["multitask_strategy"] = strategy
+    body = RunCreate(**fields)
+    prepare = partial(
+        prepare_submission, state, tenant_id, session_id, body, None, agent=agent, source="openai"
+    )
+    try:
+        return await prepare()
+    except SessionNotFound:
+        pass
     async with state.sessionmaker() as db, db.begin():
         try:
-            row, row_agent = await get_session(db, tenant_id, session_id)
-        except NotFound:
-            row, row_agent = await create_session(
-                db, tenant_id, SessionCreate(agent=agent.name, id=session_id)
-            )
-        if row_agent.id != agent.id:
-            raise BadRequest(
-                f"session {session_id!r} belongs to agent {row_agent.name!r}", param="X-Session-Id"
-            )
-        spec = await agent_spec(db, agent.id, row.agent_version)
-        await preflight(db, tenant_id, row.pk, spec.budget)  # 429 budget_exceeded when spent
-        spec = await resolve_refs(db, tenant_id, spec, row.created_at)
-    check_ready(state, spec)
-    return Submission(
-        tenant_id=tenant_id,
-        session=row,
-        agent_name=agent.name,
-        spec=spec,
-        message={"sender": "user", "content": text},
-        strategy=strategy or spec.multitask_strategy or "reject",
-        gen_params=GenParams.model_validate(req.gen_params()).to_kwargs(),
-        options={"stream": req.stream, "on_disconnect": "continue", "source": "openai"},
+            await create_session(db, tenant_id, SessionCreate(agent=agent.name, id=session_id))
+        except Conflict:  # a concurrent first request created it: use that one
+            pass
+    return await prepare()
+
+
+async def session_pieces(
+    state: AppState,
+    tenant_id: str,
+    agent: AgentInfo,
+    session_id: str,
+    req: ChatCompletionRequest,
+    strategy: str | None = None,
+) -> AsyncIterator[Piece]:
+    """A turn on a persistent session, submitted and run as ``POST /messages`` runs one: a
+    streamed request follows the run's own task; a whole answer runs it in this request's
+    task (``RunManager.run_here``) and is read from its end, kept in memory."""
+    sub = await session_submission(state, tenant_id, agent, session_id, req, strategy)
+    runs = state.run_manager
+    hold = holds_turns(sub.spec) or wants_json(req)
+    run, created = await runs.submit(sub, inline=not req.stream)
+    if req.stream or not created:
+        return run_pieces(state, run.id, hold, req)
+    await runs.run_here(run.id)
+    return _finished_pieces(state, run.id, hold, req)
+
+
+async def _finished_pieces(
+    state: AppState, run_id: str, hold: bool, req: ChatCompletionRequest
+) -> AsyncIterator[Piece]:
+    """The end of a run this process just finished, from memory (else its stored log)."""
+    runs = state.run_manager
+    run, public = runs.result(run_id), runs.result_public(run_id)
+    if run is None or public is None:
+        async for piece in run_pieces(state, run_id, hold, req):
+            yield piece
+        return
+    data: dict[str, Any] = {"run": public}
+    if run.status == RunStatus.FAILED:
+        data["error"] = run.error
+    if run.status == RunStatus.REQUIRES_ACTION and run.pending is not None:
+        data["tool_calls"] = run.pending["tool_calls"]
+    yield end_piece(END_EVENT[RunStatus(run.status)], data, req)
+
+
+def end_piece(type_: str, data: dict[str, Any], req: ChatCompletionRequest | None) -> Piece:
+    """The final piece of a run's answer from its terminal event (``type_``, ``data``): the
+    answer, or a waiting run's pending calls as ``tool_calls``; a run that failed or was
+    cancelled is a 503 ``run_<status>``."""
+    run = data.get("run") or {}
+    if type_ == EventType.RUN_COMPLETED:
+        usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
+        answer = content_text((run.get("output") or {}).get("content", ""))
+        if req is not None:
+            check_answer_format(req, answer)
+        finish = _finish(run.get("stop_reason"))
+        return Piece(final=True, usage=usage, answer=answer, finish_reason=finish)
+    if type_ == EventType.RUN_REQUIRES_ACTION:
+        usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
+        calls = [openai_tool_call(c) for c in data.get("tool_calls") or []]
+        return Piece(final=True, usage=usage, finish_reason="tool_calls", tool_calls=calls)
+    error = data.get("error") or run.get("error") or {}
+    raise Unavailable(
+        f"run {run.get('status', 'failed')}: {error.get('message', '')}".strip(": "),
+        code=f"run_{run.get('status', 'failed')}",
     )
 
 
@@ -331,28 +392,12 @@ async def run_pieces(
                 and isinstance(event.data["delta"], str)
             ):
                 yield Piece(event.data["delta"])
-        elif event.type == EventType.RUN_COMPLETED:
-            run = event.data["run"]
-            usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
-            answer = content_text((run.get("output") or {}).get("content", ""))
-            if req is not None:
-                check_answer_format(req, answer)
-            if hold and answer:
-                yield Piece(answer)
-            finish = _finish(run.get("stop_reason"))
-            yield Piece(final=True, usage=usage, answer=answer, finish_reason=finish)
-        elif event.type == EventType.RUN_REQUIRES_ACTION:
-            run = event.data["run"]
-            usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
-            calls = [openai_tool_call(c) for c in event.data.get("tool_calls") or []]
-            yield Piece(final=True, usage=usage, finish_reason="tool_calls", tool_calls=calls)
         elif ends_stream(event.type):
-            run = event.data.get("run") or {}
-            error = event.data.get("error") or run.get("error") or {}
-            raise Unavailable(
-                f"run {run.get('status', 'failed')}: {error.get('message', '')}".strip(": "),
-                code=f"run_{run.get('status', 'failed')}",
-            )
+            final = end_piece(event.type, event.data, req)
+            if hold and final.answer:
+                yield Piece(final.answer)
+            yield final
+            return
 
 
 def check_ready(state: AppState, spec: AgentSpec) -> None:

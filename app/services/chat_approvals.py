@@ -17,11 +17,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from app.db.models import Run
-from app.errors import BadRequest, NotFound, RunNotWaiting
+from app.errors import NotFound, RunNotWaiting
 from app.schemas.openai import ChatMessage
 from app.schemas.vocab import RunStatus
 from app.services.agent_directory import AgentInfo
 from app.services.approvals import resume_run
+from app.services.runs import check_session_agent
 from app.services.sessions import get_session
 from app.state import AppState
 
@@ -74,10 +75,7 @@ async def resume_from_tool_messages(
             raise RunNotWaiting(
                 f"no run of session {session_id!r} waits for tool results", param="messages"
             ) from None
-        if row_agent.id != agent.id:
-            raise BadRequest(
-                f"session {session_id!r} belongs to agent {row_agent.name!r}", param="X-Session-Id"
-            )
+        check_session_agent(session_id, row_agent.id, row_agent.name, agent)
         run_id = await db.scalar(
             sa.select(Run.id).where(
                 Run.session_pk == row.pk, Run.status == RunStatus.REQUIRES_ACTION

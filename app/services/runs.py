@@ -1,4 +1,5 @@
-"""Runs: prepare a submission, read runs, cancel."""
+"""Runs: prepare a submission (the one admission path of a turn, for ``POST /messages`` and
+for ``/v1/chat/completions`` with ``X-Session-Id``), read runs."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from app.db import raw
 from app.db.base import transient
 from app.db.models import Agent, AgentVersion, Run, Tenant
 from app.db.models import Session as SessionRow
-from app.errors import AppError, NotFound, Unavailable
+from app.errors import AppError, BadRequest, NotFound, Unavailable
 from app.runtime import pgturn
 from app.runtime.budgets import BudgetFigures, session_figures
 from app.runtime.reads import reading
 from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec
 from app.schemas.sessions import RunCreate
+from app.services.agent_directory import AgentInfo
 from app.services.agent_refs import pinned_spec
 from app.services.pages import check_limit, page
 from app.services.sessions import get_session
@@ -28,6 +30,21 @@ from app.state import AppState
 # Agent versions never change once stored: their parsed specs are kept by (agent id, version).
 _SPECS: OrderedDict[tuple[str, int], AgentSpec] = OrderedDict()
 _SPECS_MAX = 1024
+
+
+class SessionNotFound(NotFound):
+    """404: the session of a turn does not exist (the chat endpoint then creates it)."""
+
+
+def check_session_agent(
+    session_id: str, agent_id: str, agent_name: str, expected: AgentInfo | None
+) -> None:
+    """400 (naming ``X-Session-Id``) when a session belongs to another agent than the one the
+    chat request names as its model (``expected``; None: any agent, as for REST)."""
+    if expected is not None and agent_id != expected.id:
+        raise BadRequest(
+            f"session {session_id!r} belongs to agent {agent_name!r}", param="X-Session-Id"
+        )
 
 
 def _spec(agent_id: str, version: int, raw: dict[str, Any]) -> AgentSpec:
@@ -60,7 +77,7 @@ async def _lookup(
         )
     ).first()
     if found is None:
-        raise NotFound(f"session {session_id!r} not found", param="id")
+        raise SessionNotFound(f"session {session_id!r} not found", param="id")
     row, name, raw_spec, budget, used = found
     if raw_spec is None:
         raise NotFound(f"agent version {row.agent_version} not found")
@@ -68,12 +85,22 @@ async def _lookup(
 
 
 async def prepare_submission(
-    state: AppState, tenant_id: str, session_id: str, body: RunCreate, idempotency_key: str | None
+    state: AppState,
+    tenant_id: str,
+    session_id: str,
+    body: RunCreate,
+    idempotency_key: str | None,
+    *,
+    agent: AgentInfo | None = None,
+    source: str | None = None,
 ) -> Submission:
     """Look up the session and its pinned spec (a short DB session, not held while streaming).
 
     On PostgreSQL the lookup goes straight to the driver, and its pooled connection travels
     with the submission (``Submission.conn``): ``RunManager.submit`` admits the run on it.
+    ``agent``: the agent the session must belong to (the chat endpoint's model); ``source``:
+    the entry point, kept in the run's options (``openai``). 404 ``SessionNotFound`` for an
+    unknown session; 429 ``budget_exceeded`` when the session's or tenant's budget is spent.
     """
     conn = None
     try:
@@ -83,6 +110,7 @@ async def prepare_submission(
             row, agent_name, spec, tenant_limit, tenant_used = await _lookup_pg(
                 pg, tenant_id, session_id
             )
+            check_session_agent(session_id, row.agent_id, agent_name, agent)
             if tenant_limit is not None:  # tokens this replica counted while it looked unlimited
                 tenant_used += state.tenant_usage.pending.get(tenant_id, 0)
             limit = spec.budget.max_total_tokens if spec.budget is not None else None
@@ -95,6 +123,7 @@ async def prepare_submission(
                 row, agent_name, spec, tenant_limit, tenant_used = await _lookup(
                     db, tenant_id, session_id
                 )
+                check_session_agent(session_id, row.agent_id, agent_name, agent)
                 if tenant_limit is not None:
                     tenant_used += state.tenant_usage.pending.get(tenant_id, 0)
                 figures = await session_figures(db, row.pk, spec.budget, tenant_limit, tenant_used)
@@ -114,6 +143,13 @@ async def prepare_submission(
             await raw.discard(conn)
         raise
     message = body.message if isinstance(body.message, str) else body.message.model_dump()
+    options: dict[str, Any] = {
+        "stream": body.stream,
+        "on_disconnect": body.on_disconnect,
+        "multitask_strategy": body.multitask_strategy,
+    }
+    if source is not None:
+        options["source"] = source
     return Submission(
         tenant_id=tenant_id,
         session=row,
@@ -126,11 +162,7 @@ async def prepare_submission(
             else spec.multitask_strategy or "reject"
         ),
         gen_params=body.gen_params.to_kwargs(),
-        options={
-            "stream": body.stream,
-            "on_disconnect": body.on_disconnect,
-            "multitask_strategy": body.multitask_strategy,
-        },
+        options=options,
         idempotency_key=idempotency_key,
         budget=figures,
         charge_later=partial(state.tenant_usage.charge, limited=False),
@@ -144,7 +176,7 @@ async def _lookup_pg(
     """``_lookup`` in one statement sent to asyncpg (no ORM)."""
     found = await raw.fetchrow(pg, pgturn.LOOKUP, tenant_id, session_id)
     if found is None:
-        raise NotFound(f"session {session_id!r} not found", param="id")
+        raise SessionNotFound(f"session {session_id!r} not found", param="id")
     (pk, tenant, sid, agent_id, version, metadata, created, updated, rev) = found[:9]
     name, raw_spec, budget, used = found[9:]
     if raw_spec is None:
