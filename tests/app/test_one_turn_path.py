@@ -1,0 +1,121 @@
+"""A session turn is one path whichever door it comes in by: ``POST /v1/sessions/{id}/messages``
+and ``/v1/chat/completions`` with ``X-Session-Id`` submit, admit, run and store it alike (the
+same statements, the same batched tenant usage, the same budget preflight)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from app.main import create_app
+from app.ops.budget_store import set_tenant_budget
+from app.settings import Settings
+from tests.app.conftest import KEY_A, make_agent, make_session
+from tests.app.test_turn_cost import TURN_COST, counting, engine_of, settle, turn
+
+
+@pytest.fixture
+async def quiet(settings_factory: Callable[..., Settings]) -> AsyncIterator[FastAPI]:
+    """An app whose batched tenant usage is not flushed while a test counts statements."""
+    application = create_app(settings_factory(usage_flush_s=3600))
+    async with LifespanManager(application):
+        yield application
+
+
+@pytest.fixture
+async def quiet_client(quiet: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=quiet)
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
+        yield c
+
+
+async def chat_turn(
+    client: httpx.AsyncClient, sid: str, text: str = "hello", **extra: Any
+) -> dict[str, Any]:
+    body = {"model": "helper", "messages": [{"role": "user", "content": text}], **extra}
+    resp = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": sid})
+    assert resp.status_code == 200, resp.text
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+async def test_a_chat_turn_on_a_session_costs_what_a_message_turn_costs(
+    quiet: FastAPI, quiet_client: httpx.AsyncClient
+) -> None:
+    client = quiet_client
+    await make_agent(client)
+    sid = await make_session(client)
+    await turn(client, sid, "warm up")  # the session's memory is now kept in process
+    await chat_turn(client, sid, "warm up too")
+    await settle(quiet)
+    engine = engine_of(quiet)
+    with counting(engine) as rest:
+        await turn(client, sid)
+        await settle(quiet)
+    with counting(engine) as chat:
+        answer = await chat_turn(client, sid)
+        await settle(quiet)
+    assert answer["choices"][0]["message"]["content"] == "hello"
+    assert len(chat.statements) == len(rest.statements), (chat.statements, rest.statements)
+    assert chat.transactions == rest.transactions
+    statements, transactions = TURN_COST[engine.dialect.name]
+    assert len(chat.statements) <= statements and chat.transactions <= transactions
+    # No read of the agent, the session's usage or the tenant's counter of its own, and no
+    # write of the tenant's counter: a tenant without a budget is charged in batches.
+    assert not any("UPDATE tenants" in s for s in chat.statements), chat.statements
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    assert [m["content"] for m in memory][-2:] == ["hello", "hello"]
+
+
+async def test_chat_turns_are_charged_in_batches_like_message_turns(
+    quiet: FastAPI, quiet_client: httpx.AsyncClient
+) -> None:
+    client = quiet_client
+    await make_agent(client)
+    usage = quiet.state.agentstation.tenant_usage
+    before = usage.pending.get("a", 0)
+    whole = await chat_turn(client, "batched-1")  # created on first use
+    await settle(quiet)
+    assert whole["usage"]["total_tokens"] > 0
+    assert usage.pending.get("a", 0) == before + whole["usage"]["total_tokens"]
+    streamed = await client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "helper",
+            "messages": [{"role": "user", "content": "again"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        headers={"X-Session-Id": "batched-1"},
+    )
+    assert streamed.status_code == 200
+    await settle(quiet)
+    runs = (await client.get("/v1/sessions/batched-1/runs")).json()["data"]
+    spent = sum(r["usage"]["total_tokens"] for r in runs)
+    assert len(runs) == 2 and usage.pending.get("a", 0) == before + spent
+
+
+async def test_a_spent_budget_refuses_both_doors_alike(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """The tenant's tokens counted in memory (not yet written) count for both entry points."""
+    await make_agent(client)
+    sid = await make_session(client)
+    spent = (await turn(client, sid))["run"]["usage"]["total_tokens"]
+    state = app.state.agentstation
+    await state.tenant_usage.flush()
+    async with state.sessionmaker() as db, db.begin():
+        await set_tenant_budget(db, "a", 1)  # already spent
+    assert spent > 1
+    rest = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "more"})
+    body = {"model": "helper", "messages": [{"role": "user", "content": "more"}]}
+    chat = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": sid})
+    assert rest.status_code == chat.status_code == 429
+    assert rest.json()["error"]["code"] == chat.json()["error"]["code"] == "budget_exceeded"
+    assert len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) == 1
