@@ -58,6 +58,8 @@ async def test_a_chat_turn_on_a_session_costs_what_a_message_turn_costs(
     with counting(engine) as rest:
         await turn(client, sid)
         await settle(quiet)
+    pending = quiet.state.agentstation.tenant_usage.pending
+    before = pending.get("a", 0)
     with counting(engine) as chat:
         answer = await chat_turn(client, sid)
         await settle(quiet)
@@ -66,9 +68,10 @@ async def test_a_chat_turn_on_a_session_costs_what_a_message_turn_costs(
     assert chat.transactions == rest.transactions
     statements, transactions = TURN_COST[engine.dialect.name]
     assert len(chat.statements) <= statements and chat.transactions <= transactions
-    # No read of the agent, the session's usage or the tenant's counter of its own, and no
-    # write of the tenant's counter: a tenant without a budget is charged in batches.
-    assert not any("UPDATE tenants" in s for s in chat.statements), chat.statements
+    # The same statements (no lookup of its own: not the agent, the session's usage or the
+    # tenant's counter), and a tenant without a budget is charged in batches, not by the turn.
+    assert [s.split()[0] for s in chat.statements] == [s.split()[0] for s in rest.statements]
+    assert pending.get("a", 0) == before + answer["usage"]["total_tokens"] > before
     memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
     assert [m["content"] for m in memory][-2:] == ["hello", "hello"]
 
