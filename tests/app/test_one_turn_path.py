@@ -4,6 +4,7 @@ same statements, the same batched tenant usage, the same budget preflight)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -36,10 +37,13 @@ async def quiet_client(quiet: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def chat_turn(
-    client: httpx.AsyncClient, sid: str, text: str = "hello", **extra: Any
+    client: httpx.AsyncClient, sid: str, text: str = "hello", strategy: str | None = None
 ) -> dict[str, Any]:
-    body = {"model": "helper", "messages": [{"role": "user", "content": text}], **extra}
-    resp = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": sid})
+    body = {"model": "helper", "messages": [{"role": "user", "content": text}]}
+    headers = {"X-Session-Id": sid}
+    if strategy is not None:
+        headers["X-Multitask-Strategy"] = strategy
+    resp = await client.post("/v1/chat/completions", json=body, headers=headers)
     assert resp.status_code == 200, resp.text
     data: dict[str, Any] = resp.json()
     return data
@@ -122,3 +126,18 @@ async def test_a_spent_budget_refuses_both_doors_alike(
     assert rest.status_code == chat.status_code == 429
     assert rest.json()["error"]["code"] == chat.json()["error"]["code"] == "budget_exceeded"
     assert len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) == 1
+
+
+async def test_concurrent_first_chat_turns_share_the_session_they_create(
+    client: httpx.AsyncClient,
+) -> None:
+    """The first turns on a new ``X-Session-Id`` create it once; the loser of the race uses the
+    winner's session (and queues behind its run), rather than failing."""
+    await make_agent(client)
+    first, second = await asyncio.gather(
+        *(chat_turn(client, "new-1", f"turn {i}", strategy="enqueue") for i in range(2))
+    )
+    answers = {one["choices"][0]["message"]["content"] for one in (first, second)}
+    assert answers == {"turn 0", "turn 1"}
+    runs = (await client.get("/v1/sessions/new-1/runs")).json()["data"]
+    assert sorted(r["status"] for r in runs) == ["completed", "completed"]
