@@ -22,6 +22,7 @@ from app.deps import (
     json_body,
     validated_body,
 )
+from app.errors import ValidationFailed
 from app.ops.budget_store import session_usage
 from app.runtime.runs import RunManager, run_public
 from app.schemas.sessions import (
@@ -36,6 +37,7 @@ from app.schemas.sessions import (
 )
 from app.services import runs as run_service
 from app.services import sessions as service
+from app.services.agent_refs import UNBUILDABLE
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -94,7 +96,12 @@ async def get_memory(
 ) -> dict[str, Any]:
     """The agent's state_dict for this session (every key, empty ones included)."""
     row, agent = await service.get_session(db, who.tenant_id, session_id)
-    keys = await service.memory_keys(db, app_state, row, agent)
+    try:
+        keys = await service.memory_keys(db, app_state, row, agent)
+    except ValidationFailed as exc:
+        if exc.code not in UNBUILDABLE:
+            raise
+        keys = set()  # a participant was deleted: what is stored is still the session's memory
     return await service.get_memory(db, row, keys)
 
 

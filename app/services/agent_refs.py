@@ -22,6 +22,9 @@ from app.schemas.agents import AgentSpec
 
 MAX_DEPTH = 8  # agents referring to agents referring to ...
 
+# The codes of a stored spec that can no longer be built (an agent it names was deleted).
+UNBUILDABLE = frozenset({"unknown_agent", "agent_depth"})
+
 
 def _refs(spec: AgentSpec, prefix: str = "spec") -> list[tuple[str, str]]:
     """(parameter path, name) of every reference in ``spec`` and its inline agents."""

@@ -243,3 +243,21 @@ async def test_alice_forwards_to_bob_in_another_session_until_terminate(
     ]
     memory = (await client.get("/v1/sessions/bob-1/memory")).json()["memory"]
     assert [m["content"] for m in memory] == ["What is 2 + 2?", "2 + 2 = 4"]
+
+
+async def test_a_sessions_memory_stays_readable_after_a_participant_is_deleted(
+    client: httpx.AsyncClient,
+) -> None:
+    await _classroom(client, turns=2)
+    sid = await make_session(client, "classroom")
+    sent = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "Start"})
+    assert sent.status_code == 200, sent.text
+    before = (await client.get(f"/v1/sessions/{sid}/memory")).json()
+    assert (await client.delete("/v1/agents/pupil")).status_code == 204
+    # Reading what was said never needs the agent to be buildable (it was a 422).
+    after = await client.get(f"/v1/sessions/{sid}/memory")
+    assert after.status_code == 200, after.text
+    assert {k: v for k, v in after.json().items() if v} == {k: v for k, v in before.items() if v}
+    # A new turn does need it: the session's agent names an agent that is gone.
+    turn = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "Again"})
+    assert turn.status_code == 422 and turn.json()["error"]["code"] == "unknown_agent"
