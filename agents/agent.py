@@ -3,6 +3,9 @@
 A call runs: before_agent hooks → inputs to memory → ``forward`` → reply to memory →
 after_agent hooks. ``forward`` may return a message or a string, be a coroutine, or be an
 async generator of ``AgentMessage`` chunks; the default one streams the LLM's reply.
+
+One module of ~330 lines on purpose: the sync and async fronts are thin views of the one
+streaming core, and a call's lifecycle (hooks, memory, forward) reads best in one place.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ turns were made. Every phase streams: the model's text as ``STREAM_ING`` chunks,
 as ``CODING`` (code) or ``PLUGIN_START`` (JSON call), its result as ``CODE_RETURN`` /
 ``PLUGIN_RETURN``, and the final answer as ``END``. Calls and results are stored in memory
 (with state END), so the next model turn sees them. Nothing the model writes makes it raise.
+
+One module of ~350 lines on purpose: the loop's phases (model, parser, executor, the pause
+before a call that needs approval and its resume) share the loop's state.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
   useful tool arguments (a 135 M model does not).
 
 They are created at start-up (a startup hook of the lifespan) for every tenant the database
-knows, once: an agent of that name already there, edited or not, is left alone. Set
+knows that has no agent at all: a tenant's edits and deletions are left alone (a deleted demo
+agent does not come back while the tenant keeps any agent). Set
 ``AGENTSTATION_DEMO_AGENTS=0`` to skip them; they are never created when ``AGENTSTATION_MODELS``
 is set.
 """
@@ -83,16 +84,16 @@ def demo_agents(chat_model: str) -> list[AgentCreate]:
 
 
 async def create_demo_agents(state: AppState, chat_model: str) -> list[tuple[str, str]]:
-    """Create the demo agents each tenant lacks; returns the ``(tenant, name)`` pairs created."""
+    """Create the demo agents for each tenant without agents; returns the ``(tenant, name)``
+    pairs created."""
     created: list[tuple[str, str]] = []
     models = state.models.names()
     async with state.sessionmaker() as db, db.begin():
         tenants = list(await db.scalars(sa.select(Tenant.id).order_by(Tenant.id)))
         for tenant in tenants:
-            have = set(await db.scalars(sa.select(Agent.name).where(Agent.tenant_id == tenant)))
+            if await db.scalar(sa.select(Agent.id).where(Agent.tenant_id == tenant).limit(1)):
+                continue  # the tenant's own choice of agents, demo ones included
             for body in demo_agents(chat_model):
-                if body.name in have:
-                    continue
                 await create_agent(db, tenant, body, state.registry, models)
                 created.append((tenant, body.name))
     if created:

@@ -17,8 +17,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from agents.actions.mcp_conn import CONNECTIONS as mcp_connections
 from app.a2a.routes import mount_a2a
 from app.api import agents, health, openai, playground, runs, sessions
+from app.api.error_handlers import install_error_handlers
 from app.db.engine import create_engine, create_sessionmaker
-from app.errors import install_error_handlers
 from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
 from app.openapi import install as install_openapi

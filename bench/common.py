@@ -244,7 +244,7 @@ def gateway_server(
     return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz")
 
 
-def reset_postgres_db(name: str = PG_BENCH_DB) -> str:
+def reset_postgres_db(name: str = PG_BENCH_DB, tree: Path | None = None) -> str:
     """Drop and recreate the bench database (``name``: another one, so that benchmarks run at
     the same time do not drop each other's), migrate it; return its SQLAlchemy URL."""
     url = PG_BENCH_URL.rsplit("/", 1)[0] + "/" + name
@@ -265,8 +265,12 @@ def reset_postgres_db(name: str = PG_BENCH_DB) -> str:
     except (OSError, asyncpg.PostgresError) as exc:
         raise Skip(f"PostgreSQL at 127.0.0.1:5432 unavailable: {exc}") from exc
     env = {**os.environ, "AGENTSTATION_DATABASE_URL": url}
+    if tree is not None:  # another checkout's migrations (a side-by-side baseline)
+        env["PYTHONPATH"] = str(tree)
     cli = str(VENV_BIN / "agentstation")
-    done = subprocess.run([cli, "migrate"], env=env, cwd=ROOT, capture_output=True, timeout=120)
+    done = subprocess.run(
+        [cli, "migrate"], env=env, cwd=tree or ROOT, capture_output=True, timeout=120
+    )
     if done.returncode != 0:
         raise Skip(f"agentstation migrate failed: {done.stderr.decode()[-500:]}")
     return url

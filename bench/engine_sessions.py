@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,7 +53,9 @@ def session_gateway(model_dir: Path, db: str, tree: Path | None = None) -> Serve
     database; ``tree``: another checkout's ``app`` (the baseline of a side-by-side run)."""
     model = {"name": "demo", "backend": "vllm", "path": str(model_dir), "engine": ENGINE}
     suffix = "_base" if tree is not None else ""
-    url = reset_postgres_db("agentstation_bench_engine" + suffix) if db == "postgres" else None
+    url = None
+    if db == "postgres":
+        url = reset_postgres_db("agentstation_bench_engine" + suffix, tree)
     env = dict(ENGINE_ENV)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
     result = {
         "name": "engine_sessions",
-        "command": "python -m bench.engine_sessions " + " ".join(argv or []),
+        "command": " ".join(["python -m bench.engine_sessions", *(argv or sys.argv[1:])]),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": rows,
         "goals": goals(rows),

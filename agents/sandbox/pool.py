@@ -1,4 +1,8 @@
-"""KernelPool: one sandboxed kernel per (session, agent), started lazily, bounded, reaped."""
+"""KernelPool: one sandboxed kernel per (session, agent), started lazily, bounded, reaped.
+
+One module of ~370 lines on purpose: the pool's start-up (single-flight), admission, reaping
+and shutdown share its lock and bookkeeping; the kernel itself is agents/sandbox/kernel.py.
+"""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ async def test_a_restart_keeps_the_users_edits(tmp_path: Path) -> None:
         agents = await _agents(again, KEY_A)
     assert agents["assistant"]["version"] == 2
     assert agents["assistant"]["spec"]["system_prompt"] == "mine"
-    assert agents["coder"]["version"] == 1  # a deleted demo agent comes back
+    assert "coder" not in agents  # a deleted demo agent stays deleted
 
 
 async def test_demo_agents_can_be_turned_off(tmp_path: Path) -> None:
