@@ -38,7 +38,7 @@ from a2a.utils.errors import (
 from app.a2a.convert import is_final, message_text, task_of, updates
 from app.db.base import new_id
 from app.errors import AppError, NotFound
-from app.runtime.runs import run_public
+from app.runtime.public import run_public
 from app.schemas.sessions import RunCreate, SessionCreate
 from app.services import runs as run_service
 from app.services.sessions import create_session, get_session

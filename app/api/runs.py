@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.sse import MAX_SEQ, SSE_RESPONSES, parse_after, run_event_response
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
-from app.runtime.runs import run_public
+from app.runtime.public import run_public
 from app.schemas.sessions import ResumeRequest, RunPublic
 from app.services import approvals
 from app.services import runs as service

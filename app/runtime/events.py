@@ -7,6 +7,9 @@ front of every delta), so a live run sends an id only when it is stored or at mo
 run is created with the first block; most turns never raise it). Recovery numbers the events
 it adds after that bound, and says with a ``run.gap`` event that ids up to it may have been
 sent and lost (see ``gap_event``).
+
+One module (~300 lines) on purpose: numbering, coalescing, reservation, storage and followers
+share one log's state, and splitting them would expose it.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from app.db.models import Agent, AgentVersion, Run, Tenant
 from app.db.models import Session as SessionRow
 from app.errors import AppError, BadRequest, NotFound, Unavailable
 from app.runtime import pgturn
+from app.runtime.admission import Submission
 from app.runtime.budgets import BudgetFigures, session_figures
 from app.runtime.reads import reading
-from app.runtime.runs import Submission
 from app.schemas.agents import AgentSpec
 from app.schemas.sessions import RunCreate
 from app.services.agent_directory import AgentInfo

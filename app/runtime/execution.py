@@ -1,0 +1,161 @@
+"""The body of a run's task: wait for the session, start the turn, run it, store its end."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+import sqlalchemy as sa
+
+from agents.llms.base import Usage
+from agents.memory import load_message
+from app.db.base import utcnow
+from app.db.models import Run
+from app.db.models import Session as SessionRow
+from app.errors import database_unavailable, public_error
+from app.ops.budget import STOP_REASON as BUDGET_STOP
+from app.ops.budget import BudgetExceeded, budget_scope
+from app.ops.logging import run_id_var
+from app.runtime.approvals import waiting_state
+from app.runtime.budgets import read_figures
+from app.runtime.finish import finish, finish_safely, guard
+from app.runtime.jobs import CANCEL_MODES, Job, JobDeps, Turn
+from app.runtime.memory_cache import memory_nodes, plain_memories
+from app.runtime.reads import reading
+from app.runtime.runner import TurnResult, load_state, merge_state, resume_turn, run_turn
+from app.schemas.vocab import RunStatus
+
+log = logging.getLogger(__name__)
+RUNS = cast(sa.Table, Run.__table__)  # Core statements: no ORM bookkeeping for rows nobody holds
+
+
+async def execute(deps: JobDeps, job: Job) -> None:
+    """Run ``job`` to a final status; never raises."""
+    # The run's log lines carry its id; reset at the end, as an inline run shares its context
+    # with the request that runs it.
+    run_id_token = run_id_var.set(job.run_id)
+    result = TurnResult()
+    turn: Turn | None = None
+    try:
+        held, job.held = job.held, None
+        async with deps.locks.running(job.session_pk, held) as hold:
+            if job.cancel_mode is not None:
+                raise asyncio.CancelledError  # cancelled while queued
+            job.started = True
+            turn = await _begin(deps, job, lambda: result.usage)
+            with budget_scope(turn.budget):  # checked before every model call of the turn
+                if job.resume is None:
+                    await run_turn(
+                        turn.agent, job.message, job.session_key, job.gen_params, job.channel,
+                        result,
+                    )  # fmt: skip
+                else:
+                    await resume_turn(
+                        turn.agent, job.resume, job.session_key, job.gen_params, job.channel,
+                        result,
+                    )  # fmt: skip
+            job.finishing = True
+            # "length": the answer's model call hit its max tokens (OpenAI's finish_reason).
+            status, end = (
+                RunStatus.COMPLETED,
+                "length" if result.usage.last_finish == "length" else "end",
+            )
+            # Stopped before tool calls a person must decide about: the run waits, stored.
+            job.run.__dict__["pending"] = waiting_state(turn.agent, job.session_key, job.spec)
+            if job.run.pending is not None:
+                status, end = RunStatus.REQUIRES_ACTION, "requires_action"
+            try:
+                await finish(deps, job, status, end, result, turn, hold=hold)
+            except Exception as exc:
+                if not (hold.broken and database_unavailable(exc)):
+                    raise
+                # The lock's connection was lost (nothing committed there): store the end on a
+                # pooled connection, retried while the database is unreachable.
+                await finish_safely(deps, job, status, end, result, turn)
+    except BudgetExceeded:
+        # Stopped at a model-call boundary: keep what the turn produced so far.
+        job.finishing = True
+        await finish_safely(deps, job, RunStatus.COMPLETED, BUDGET_STOP, result, turn)
+    except asyncio.CancelledError:
+        mode = job.cancel_mode or "shutdown"
+        status, keep = CANCEL_MODES.get(mode, (RunStatus.CANCELLED, False))
+        await finish_safely(deps, job, status, mode, result, turn if keep else None)
+    except Exception as exc:
+        # The detail (it may hold SQL and its parameters, paths, other tenants' ids) goes to
+        # the log only; the run's error says what a client may know, with the request id.
+        log.exception("run %s failed", job.run_id)
+        error = public_error(exc)
+        await finish_safely(deps, job, RunStatus.FAILED, "error", result, None, error)
+    finally:
+        await guard(job.channel.close())
+        job.done.set()
+        deps.forget(job)
+        run_id_var.reset(run_id_token)
+
+
+async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:
+    """Build the agent and load the session's memory: from the in-process cache when the
+    stored revision matches (no rows read, nothing re-validated), else from the rows."""
+    agent = deps.build_agent(job.spec, job.agent_name)
+    nodes = memory_nodes(agent)
+    memories = plain_memories(nodes, job.session_key) if nodes is not None else None
+    rev, figures = job.rev, job.budget
+    # Stored as ``queued`` (behind another run, or resumed): it marks itself running now.
+    queued = job.run.status == RunStatus.QUEUED
+    stored: dict[str, list[dict[str, Any]]] | None = None
+    if queued or rev is None:
+        # It waited for the session: mark it running and read what may have changed since.
+        async with deps.writes.hold(), deps.sessionmaker() as db, db.begin():
+            started = utcnow()
+            if queued:
+                await db.execute(
+                    sa.update(RUNS)
+                    .where(RUNS.c.id == job.run_id)
+                    .values(status=RunStatus.RUNNING, started_at=started)
+                )
+            rev = int(
+                await db.scalar(
+                    sa.select(SessionRow.memory_rev).where(SessionRow.pk == job.session_pk)
+                )
+                or 0
+            )
+            figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
+            cached = deps.memory.get(job.session_pk, rev) if memories else None
+            if cached is None:
+                stored = await load_state(db, job.session_pk)
+        if queued:
+            job.run.status, job.run.started_at = RunStatus.RUNNING, started
+    else:
+        cached = deps.memory.get(job.session_pk, rev) if memories else None
+        if cached is None or figures is None:
+            async with reading(deps.engine, deps.sessionmaker) as db:
+                if cached is None:
+                    stored = await load_state(db, job.session_pk)
+                if figures is None:
+                    figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
+    assert figures is not None
+    job.tenant_limited = figures.tenant_limit is not None
+    budget = figures.budget(usage)
+    if memories is not None and nodes is not None:
+        if cached is None or set(cached) != set(memories):
+            assert stored is not None or cached is not None
+            source = stored if stored is not None else await _reload(deps, job)
+            cached = {key: [load_message(m) for m in source.get(key, [])] for key in memories}
+        for key, memory in memories.items():
+            memory.memory = list(cached[key])
+        return Turn(agent, nodes, {k: len(v) for k, v in cached.items()}, rev, budget)
+    # An agent whose memory this module cannot set directly: the lagent API.
+    if stored is None:
+        stored = await _reload(deps, job)
+    if stored:
+        agent.load_state_dict(
+            merge_state(agent.state_dict(job.session_key), stored), session_id=job.session_key
+        )
+    return Turn(agent, None, {k: len(v) for k, v in stored.items()}, rev, budget)
+
+
+async def _reload(deps: JobDeps, job: Job) -> dict[str, list[dict[str, Any]]]:
+    async with reading(deps.engine, deps.sessionmaker) as db:
+        return await load_state(db, job.session_pk)
