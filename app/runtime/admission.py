@@ -155,7 +155,8 @@ class Admissions:
         try:
             async with self.locks.admission(session_pk):
                 run = new_run(sub, running=True)
-                take = self.locks.slot_free()
+                # The run slot first: released with the connection unless admit locks.
+                take = hold.slot = await self.locks.try_take_slot()
                 if hold.conn is None:
                     hold.conn = await self.engine.connect()
                 hold.pg = await raw.driver(hold.conn)
@@ -176,10 +177,7 @@ class Admissions:
                     raise NotFound(f"session {sub.session.id!r} not found", param="id")
                 if got.status is None:
                     raise SessionBusy(sub.session.id)
-                if hold.locked:
-                    await self.locks.take_slot()
-                    hold.slot = True
-                else:
+                if not hold.locked:
                     run.status, run.started_at = RunStatus.QUEUED, None
                 if sub.strategy in ("interrupt", "rollback"):
                     mode = "interrupt" if sub.strategy == "interrupt" else "rollback"

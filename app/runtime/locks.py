@@ -126,9 +126,14 @@ class SessionLocks:
             with contextlib.suppress(BaseException):
                 await task
 
-    def slot_free(self) -> bool:
-        """Whether a run could take a lock connection now without waiting."""
-        return not self._slots.locked()
+    async def try_take_slot(self) -> bool:
+        """Take a run slot if one is free now; never waits (an admission must not wait for a
+        slot while it holds a pooled connection: with the pool nearly all slots, requests
+        holding connections while waiting for slots starved the runs that free them)."""
+        if self._slots.locked():
+            return False
+        await self._slots.acquire()  # a free slot: returns without suspending
+        return True
 
     async def take_slot(self) -> None:
         """Count a run that holds its session's lock from admission on (``held``)."""
