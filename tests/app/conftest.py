@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +201,29 @@ async def wait_runs(client: httpx.AsyncClient, sid: str, count: int) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"session {sid} never had {count} runs")
+
+
+@pytest.fixture
+def base_dir() -> Iterator[Path]:
+    """A sandbox base directory (set it as ``AGENTSTATION_SANDBOX_BASE_DIR``)."""
+    base = Path(tempfile.mkdtemp(prefix="agentstation-app-"))
+    base.chmod(0o711)  # sandbox uids must traverse it
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@asynccontextmanager
+async def sandboxed_client(app: FastAPI, wait: bool = True) -> AsyncIterator[httpx.AsyncClient]:
+    """The app started (kernel pool included) and a client with tenant A's key; ``wait``: until
+    the pool's self-test, which runs in the background, has set the sandbox level."""
+    async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30):
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=headers, timeout=60
+        ) as c:
+            for _ in range(600 if wait else 0):
+                if (await c.get("/readyz")).json()["sandbox"]["level"] is not None:
+                    break
+                await asyncio.sleep(0.05)
+            yield c

@@ -5,22 +5,18 @@ denial, edit runs the edited code."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import KEY_A, MODELS
+from tests.app.conftest import MODELS, sandboxed_client
 
 pytestmark = pytest.mark.kernel
 
@@ -48,14 +44,6 @@ SPEC = {
 
 
 @pytest.fixture
-def base_dir() -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="agentstation-approve-"))
-    base.chmod(0o711)  # sandbox uids must traverse it
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
 async def client(
     settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, base_dir: Path
 ) -> AsyncIterator[httpx.AsyncClient]:
@@ -63,17 +51,8 @@ async def client(
     monkeypatch.setenv("AGENTSTATION_SANDBOX_TIMEOUT_S", "10")
     models = [*MODELS, {"name": "coder", "backend": "scripted", "replies": REPLIES}]
     app = create_app(settings_factory(models=json.dumps(models), sandbox_enabled=True))
-    async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30):
-        transport = httpx.ASGITransport(app=app)
-        headers = {"Authorization": f"Bearer {KEY_A}"}
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://t", headers=headers, timeout=60
-        ) as c:
-            for _ in range(600):  # the pool's self-test runs in the background
-                if (await c.get("/readyz")).json()["sandbox"]["level"] is not None:
-                    break
-                await asyncio.sleep(0.05)
-            yield c
+    async with sandboxed_client(app) as c:
+        yield c
 
 
 def _workdir(base_dir: Path, session_id: str) -> Path:

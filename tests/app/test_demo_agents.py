@@ -8,9 +8,7 @@ engine in tests/vllm/test_default_model.py); everything else is what ``serve`` b
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from fastapi import FastAPI
 from app import cli
 from app.models.scripted import ScriptedModelLLM
 from app.settings import ModelConfig, Settings
-from tests.app.conftest import KEY_A, KEY_B
+from tests.app.conftest import KEY_A, KEY_B, sandboxed_client
 
 
 @pytest.fixture(autouse=True)
@@ -106,27 +104,14 @@ async def test_configured_models_mean_no_demo(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def base_dir() -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="agentstation-demo-"))
-    base.chmod(0o711)  # sandbox uids must traverse it
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
 async def sandboxed(
     tmp_path: Path, base_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[httpx.AsyncClient]:
     monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base_dir))
     monkeypatch.setenv("AGENTSTATION_SANDBOX_TIMEOUT_S", "20")
     app = await _serve(_settings(tmp_path, sandbox_enabled=True))
-    async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30):
-        transport = httpx.ASGITransport(app=app)
-        headers = {"Authorization": f"Bearer {KEY_A}"}
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://t", headers=headers, timeout=60
-        ) as c:
-            yield c
+    async with sandboxed_client(app, wait=False) as c:
+        yield c
 
 
 async def _turn(client: httpx.AsyncClient, sid: str, text: str) -> list[dict[str, Any]]:
