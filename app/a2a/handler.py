@@ -90,10 +90,12 @@ class RunsRequestHandler(RequestHandler):
             raise InvalidParamsError(message=f"context_id: {exc.message}") from None
         body = RunCreate(message=text, stream=stream, on_disconnect="continue")
         try:
-            sub = await run_service.prepare_submission(
-                call.state, call.tenant_id, context_id, body, None
-            )
-            run, _ = await call.state.run_manager.submit(sub)
+            runs = call.state.run_manager
+            async with runs.store.lease() as lease:
+                sub = await run_service.prepare_submission(
+                    call.state, lease, call.tenant_id, context_id, body, None
+                )
+                run, _ = await runs.submit(sub, lease)
         except AppError as exc:  # busy session, spent budget, model not ready: its own words
             error = InvalidRequestError if exc.status < 500 else InternalError
             raise error(message=f"{exc.code}: {exc.message}") from None

@@ -186,11 +186,13 @@ async def post_message(session_id: str, request: Request) -> Response:
         raise RequestValidationError(errors)
     state = app_state(request)
     runs = state.run_manager
-    sub = await run_service.prepare_submission(
-        state, who.tenant_id, session_id, body, idempotency_key
-    )
-    # A JSON answer waits for the run's end anyway: a new run runs in this request's task.
-    run, created = await runs.submit(sub, inline=not body.stream)
+    # The turn's lease: its lookup's connection goes on to the admission (PostgreSQL).
+    async with runs.store.lease() as lease:
+        sub = await run_service.prepare_submission(
+            state, lease, who.tenant_id, session_id, body, idempotency_key
+        )
+        # A JSON answer waits for the run's end anyway: a new run runs in this request's task.
+        run, created = await runs.submit(sub, lease, inline=not body.stream)
     if body.stream:
         on_drop = None
         if body.on_disconnect == "cancel":

@@ -28,7 +28,7 @@ def create_engine(
     """An engine for ``url``; SQLite gets WAL, a busy timeout and enforced foreign keys.
 
     PostgreSQL gets a pool of ``pool_size`` + ``max_overflow`` connections (each running run
-    pins one for its session lock, see app/runtime/locks.py) and asyncpg's connect timeout, so
+    pins one for its session lock, see app/runtime/store/locks.py) and asyncpg's connect timeout, so
     an unreachable host fails fast (503) instead of after asyncpg's 60 s. A pooled connection
     the server closed is replaced before use, and one idle for ``ping_idle_s`` or longer is
     pinged first (one round trip; ``0``: before every use, SQLAlchemy's ``pool_pre_ping``), so

@@ -20,22 +20,24 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, cast
-
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from typing import Any, Protocol
 
 from app.db.base import utcnow
-from app.db.models import SEQ_BLOCK, Run, RunEvent
-from app.runtime.writes import WriteGate
-from app.schemas.vocab import ACTIVE, EventType
+from app.db.models import SEQ_BLOCK
+from app.schemas.vocab import EventType
 
 log = logging.getLogger(__name__)
 
-EVENTS = cast(sa.Table, RunEvent.__table__)  # Core inserts: no ORM bookkeeping, no RETURNING
-RUNS = cast(sa.Table, Run.__table__)
 # The next block is reserved when fewer than this many reserved ids are left unused.
 SEQ_LOW_WATER = 16
+
+
+class EventStore(Protocol):
+    """Where a channel stores its events (the run store, app/runtime/store/base.py)."""
+
+    async def append_events(self, rows: list[dict[str, Any]]) -> None: ...
+
+    async def reserve_ids(self, run_id: str, target: int) -> bool: ...
 
 
 @dataclass
@@ -53,9 +55,8 @@ class RunChannel:
     def __init__(
         self,
         run_id: str,
-        sessionmaker: async_sessionmaker[AsyncSession],
+        store: EventStore,
         flush_s: float,
-        writes: WriteGate | None = None,
         reserved: int = SEQ_BLOCK,
         store_s: float | None = None,
     ) -> None:
@@ -64,10 +65,9 @@ class RunChannel:
         self.stored = 0  # events up to this seq are stored
         self._reserving: asyncio.Task[None] | None = None
         self._followers = 0  # ids are reserved only for someone to send them to
-        self._writes = writes
         self.events: list[Event] = []
         self.done = False
-        self._sessionmaker = sessionmaker
+        self._store = store
         self._flush_s = flush_s
         # Mid-run events are stored this often (the run's end stores the rest with it): a
         # write per run per flush was most of a streamed turn's database work.
@@ -151,17 +151,7 @@ class RunChannel:
         Only while the run is active: a run closed by recovery keeps the bound recovery saw."""
         try:
             target = len(self.events) + SEQ_BLOCK
-            async with self._gate(), self._sessionmaker() as db, db.begin():
-                done = await db.execute(
-                    sa.update(RUNS)
-                    .where(
-                        RUNS.c.id == self.run_id,
-                        RUNS.c.seq_reserved < target,
-                        RUNS.c.status.in_(ACTIVE),
-                    )
-                    .values(seq_reserved=target)
-                )
-            if getattr(done, "rowcount", 0):
+            if await self._store.reserve_ids(self.run_id, target):
                 self.reserved = target
                 self._wake()
             else:
@@ -222,20 +212,16 @@ class RunChannel:
                 return
             batch, self._unsaved = self._unsaved, []
             try:
-                async with self._gate(), self._sessionmaker() as db, db.begin():
-                    await db.execute(sa.insert(EVENTS), self._rows(batch))
+                await self._store.append_events(self._rows(batch))
             except BaseException:
                 self._unsaved = batch + self._unsaved
                 raise
             self.stored = batch[-1].seq
             self._wake()
 
-    def _gate(self) -> contextlib.AbstractAsyncContextManager[None]:
-        return self._writes.hold() if self._writes is not None else contextlib.nullcontext()
-
     async def stop_flushing(self) -> None:
         """Stop the periodic flusher (never in the middle of a save) and publish any pending
-        delta: the run's last events are then written by the caller (``save_final``)."""
+        delta: the run's last events are then written by the caller (``final_rows``)."""
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
@@ -249,23 +235,16 @@ class RunChannel:
         if self._reserving is not None:  # never left half done (it logs its own errors)
             await asyncio.shield(self._reserving)
 
-    async def save_final(self, db: AsyncSession, type_: str, data: dict[str, Any]) -> Event:
-        """Write every unsaved event and the terminal one in the caller's transaction; the
-        terminal event is published by ``published`` once that transaction has committed.
-        Call after ``stop_flushing`` (nothing else appends events then)."""
-        event = Event(len(self.events) + 1, type_, data)
-        await db.execute(sa.insert(EVENTS), self._rows([*self._unsaved, event]))
-        return event
-
     def final_rows(self, type_: str, data: dict[str, Any]) -> tuple[Event, list[dict[str, Any]]]:
         """The terminal event and, as ``seq``/``type``/``data`` dicts, every unsaved event with
-        it, for the caller to store (like ``save_final``; then call ``published``)."""
+        it, for the caller to store in the run's end (then call ``published``). Call after
+        ``stop_flushing`` (nothing else appends events then)."""
         event = Event(len(self.events) + 1, type_, data)
         rows = [{"seq": e.seq, "type": e.type, "data": e.data} for e in [*self._unsaved, event]]
         return event, rows
 
     async def published(self, event: Event) -> None:
-        """The transaction of ``save_final`` committed: show ``event`` to followers."""
+        """The run's end with ``final_rows`` committed: show ``event`` to followers."""
         self._unsaved = []
         self.events.append(event)
         self.stored = event.seq

@@ -11,20 +11,16 @@ import sqlalchemy as sa
 
 from agents.llms.base import Usage
 from agents.memory import load_message
-from app.db.base import utcnow
 from app.db.models import Run
-from app.db.models import Session as SessionRow
 from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, budget_scope
 from app.ops.logging import run_id_var
 from app.runtime.approvals import waiting_state
-from app.runtime.budgets import read_figures
 from app.runtime.finish import finish, finish_safely, guard
 from app.runtime.jobs import CANCEL_MODES, Job, JobDeps, Turn
 from app.runtime.memory_cache import memory_nodes, plain_memories
-from app.runtime.reads import reading
-from app.runtime.runner import TurnResult, load_state, merge_state, resume_turn, run_turn
+from app.runtime.runner import TurnResult, merge_state, resume_turn, run_turn
 from app.schemas.vocab import RunStatus
 
 log = logging.getLogger(__name__)
@@ -39,8 +35,8 @@ async def execute(deps: JobDeps, job: Job) -> None:
     result = TurnResult()
     turn: Turn | None = None
     try:
-        held, job.held = job.held, None
-        async with deps.locks.running(job.session_pk, held) as hold:
+        # The run's task takes the turn's lease; held until the run's end is stored.
+        async with deps.store.locks.running(job.session_pk, job.lease.take()) as lease:
             if job.cancel_mode is not None:
                 raise asyncio.CancelledError  # cancelled while queued
             job.started = True
@@ -67,9 +63,9 @@ async def execute(deps: JobDeps, job: Job) -> None:
             if job.run.pending is not None:
                 status, end = RunStatus.REQUIRES_ACTION, "requires_action"
             try:
-                await finish(deps, job, status, end, result, turn, hold=hold)
+                await finish(deps, job, status, end, result, turn, lease=lease)
             except Exception as exc:
-                if not (hold.broken and database_unavailable(exc)):
+                if not (lease.broken and database_unavailable(exc)):
                     raise
                 # The lock's connection was lost (nothing committed there): store the end on a
                 # pooled connection, retried while the database is unreachable.
@@ -102,45 +98,29 @@ async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:
     nodes = memory_nodes(agent)
     memories = plain_memories(nodes, job.session_key) if nodes is not None else None
     rev, figures = job.rev, job.budget
-    # Stored as ``queued`` (behind another run, or resumed): it marks itself running now.
-    queued = job.run.status == RunStatus.QUEUED
     stored: dict[str, list[dict[str, Any]]] | None = None
-    if queued or rev is None:
-        # It waited for the session: mark it running and read what may have changed since.
-        async with deps.writes.hold(), deps.sessionmaker() as db, db.begin():
-            started = utcnow()
-            if queued:
-                await db.execute(
-                    sa.update(RUNS)
-                    .where(RUNS.c.id == job.run_id)
-                    .values(status=RunStatus.RUNNING, started_at=started)
-                )
-            rev = int(
-                await db.scalar(
-                    sa.select(SessionRow.memory_rev).where(SessionRow.pk == job.session_pk)
-                )
-                or 0
-            )
-            figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
-            cached = deps.memory.get(job.session_pk, rev) if memories else None
-            if cached is None:
-                stored = await load_state(db, job.session_pk)
-        if queued:
-            job.run.status, job.run.started_at = RunStatus.RUNNING, started
+    if job.run.status == RunStatus.QUEUED or rev is None:
+        # It waited for the session (stored ``queued``, or resumed): it marks itself running
+        # and reads what may have changed since.
+        started = await deps.store.start(
+            job.run,
+            job.spec.budget,
+            lambda rev: not memories or deps.memory.get(job.session_pk, rev) is None,
+        )
+        rev, figures, stored = started.rev, started.figures, started.memory
+        cached = deps.memory.get(job.session_pk, rev) if memories else None
     else:
         cached = deps.memory.get(job.session_pk, rev) if memories else None
         if cached is None or figures is None:
-            async with reading(deps.engine, deps.sessionmaker) as db:
-                if cached is None:
-                    stored = await load_state(db, job.session_pk)
-                if figures is None:
-                    figures = await read_figures(db, job.tenant_id, job.session_pk, job.spec.budget)
+            stored, read = await deps.store.read(
+                job.run, job.spec.budget, memory=cached is None, figures=figures is None
+            )
+            figures = figures or read
     assert figures is not None
     job.tenant_limited = figures.tenant_limit is not None
     budget = figures.budget(usage)
     if memories is not None and nodes is not None:
         if cached is None or set(cached) != set(memories):
-            assert stored is not None or cached is not None
             source = stored if stored is not None else await _reload(deps, job)
             cached = {key: [load_message(m) for m in source.get(key, [])] for key in memories}
         for key, memory in memories.items():
@@ -157,5 +137,4 @@ async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:
 
 
 async def _reload(deps: JobDeps, job: Job) -> dict[str, list[dict[str, Any]]]:
-    async with reading(deps.engine, deps.sessionmaker) as db:
-        return await load_state(db, job.session_pk)
+    return await deps.store.load_memory(job.session_pk)

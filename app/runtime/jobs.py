@@ -8,8 +8,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-
 from agents.memory import load_message
 from agents.schema import AgentMessage
 from app.db.models import Run
@@ -17,10 +15,9 @@ from app.ops.budget import RunBudget
 from app.runtime.approvals import Resumption
 from app.runtime.budgets import BudgetFigures
 from app.runtime.events import RunChannel
-from app.runtime.locks import RunHold, SessionLocks
 from app.runtime.memory_cache import MemoryCache, current
 from app.runtime.registry import ServableAgent
-from app.runtime.writes import WriteGate
+from app.runtime.store import RunStore, TurnLease
 from app.schemas.agents import AgentSpec
 from app.schemas.vocab import RunStatus
 
@@ -46,7 +43,9 @@ class Job:
     rev: int | None = None  # the session's memory_rev read at admission (None: read at start)
     budget: BudgetFigures | None = None  # read at submission (None: read at start)
     charge_later: Callable[[str, int], Awaitable[None]] | None = None  # see Submission
-    held: RunHold | None = None  # PostgreSQL: the session's run lock, taken at admission
+    # The turn's lease (PostgreSQL: the session's run lock when its admission took it); the
+    # run's task takes it over (``execution.execute``).
+    lease: TurnLease = field(default_factory=TurnLease)
     tenant_limited: bool = True  # known at start: False when the tenant has no budget
     task: asyncio.Task[Any] | None = None  # its own, or the request's (``inline``)
     inline: bool = False  # run in the task of the request that waits for it (run_here)
@@ -88,11 +87,8 @@ class Job:
 class JobDeps:
     """What a job's task uses of this process (given explicitly: no manager)."""
 
-    engine: AsyncEngine
-    sessionmaker: async_sessionmaker[AsyncSession]
+    store: RunStore
     build_agent: Callable[[AgentSpec, str | None], ServableAgent]
-    locks: SessionLocks
-    writes: WriteGate
     memory: MemoryCache
     ended: Callable[[Run, dict[str, Any]], None]  # its end is stored (run, its API shape)
     forget: Callable[[Job], None]  # its task is over

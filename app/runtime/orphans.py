@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.base import utcnow
 from app.db.models import Message, Run, RunEvent
 from app.runtime.events import gap_event
-from app.runtime.locks import SessionLocks
-from app.runtime.runner import bump_memory_rev
+from app.runtime.store.locks import SessionLocks
+from app.runtime.store.rows import bump_memory_rev
 from app.runtime.writes import WriteGate
 from app.schemas.vocab import ACTIVE, TERMINAL, WAITING, EventType, RunStatus
 

@@ -24,13 +24,12 @@ from app.runtime.events import Event, RunChannel
 from app.runtime.execution import execute
 from app.runtime.followers import LiveRuns
 from app.runtime.jobs import Job, JobDeps, input_message
-from app.runtime.locks import RunHold, SessionLocks
 from app.runtime.memory_cache import MemoryCache
 from app.runtime.notify import CancelBus
 from app.runtime.orphans import Orphans
 from app.runtime.public import run_public
 from app.runtime.registry import ServableAgent
-from app.runtime.writes import WriteGate
+from app.runtime.store import TurnLease, create_store
 from app.schemas.agents import AgentSpec
 from app.schemas.vocab import EventType
 
@@ -54,13 +53,15 @@ class RunManager:
         self.engine = engine
         self.sessionmaker = sessionmaker
         self.build_agent = build_agent
-        self.locks = SessionLocks(engine)
+        # The run store for this database, chosen once: every statement of a turn.
+        self.store = create_store(engine, sessionmaker)
+        self.locks = self.store.locks
         self.flush_s = flush_s
         self.store_s = store_s  # mid-run event storage interval (None: every flush)
         self.cancel_timeout_s = cancel_timeout_s
         self._background: set[asyncio.Task[Any]] = set()
         self.bus = CancelBus(engine, self._remote_cancel)
-        self.writes = WriteGate(engine)  # SQLite: one write transaction at a time
+        self.writes = self.store.writes  # SQLite: one write transaction at a time
         self.memory = MemoryCache()  # sessions' loaded memories (checked against memory_rev)
         # Runs of dead processes: closed at start-up, or taken over by this live replica.
         self.orphans = Orphans(
@@ -75,15 +76,10 @@ class RunManager:
         self.cancels = Cancels(
             self.jobs, sessionmaker, self.orphans, self.bus, cancel_timeout_s, self._background
         )
-        self.admissions = Admissions(
-            engine, sessionmaker, self.locks, self.writes, self.orphans, self.cancel, self._start
-        )
+        self.admissions = Admissions(self.store, self.orphans, self.cancel, self._start)
         self.deps = JobDeps(
-            engine,
-            sessionmaker,
+            self.store,
             build_agent,
-            self.locks,
-            self.writes,
             self.memory,
             self.live.ended,
             self.live.forget,
@@ -109,12 +105,16 @@ class RunManager:
         if self.on_approval is not None:
             self.on_approval(waited_s, outcome)
 
-    async def submit(self, sub: Submission, inline: bool = False) -> tuple[Run, bool]:
+    async def submit(
+        self, sub: Submission, lease: TurnLease, inline: bool = False
+    ) -> tuple[Run, bool]:
         """Create (or, with a known Idempotency-Key, find) the run; returns (run, created).
 
-        ``inline``: the run gets no task of its own; a created run must be run at once by the
-        caller, with ``run_here`` (a request that waits for the run's end anyway)."""
-        return await self.admissions.submit(sub, inline)
+        ``lease``: the turn's (``RunStore.lease()``, used by its lookup); the run's job takes
+        what it holds. ``inline``: the run gets no task of its own; a created run must be run
+        at once by the caller, with ``run_here`` (a request that waits for the run's end
+        anyway)."""
+        return await self.admissions.submit(sub, lease, inline)
 
     def writing_memory(
         self, session_pk: str, session_id: str
@@ -127,16 +127,14 @@ class RunManager:
         sub: Submission,
         run: Run,
         rev: int | None,
-        held: RunHold | None = None,
+        lease: TurnLease,
         inline: bool = False,
     ) -> None:
         """Start the run's task (``inline``: the caller runs it, see ``run_here``); ``rev`` is
         the memory revision read at admission (None when the run is queued: it reads it, and
-        the budget, when it starts); ``held``: the session's run lock, taken at admission
-        (PostgreSQL)."""
-        channel = RunChannel(
-            run.id, self.sessionmaker, self.flush_s, self.writes, SEQ_BLOCK, self.store_s
-        )
+        the budget, when it starts); the job takes what ``lease`` holds (on PostgreSQL the
+        session's run lock when the admission took it)."""
+        channel = RunChannel(run.id, self.store, self.flush_s, SEQ_BLOCK, self.store_s)
         job = Job(
             run=run,
             spec=sub.spec,
@@ -146,13 +144,13 @@ class RunManager:
             rev=rev,
             budget=sub.budget if rev is not None else None,
             charge_later=sub.charge_later,
-            held=held,
+            lease=lease.take(),
         )
         # run.created is the first event (seq 1) of every run.
         channel.seed(EventType.RUN_CREATED, {"run": run_public(run)})
-        self._launch(job, inline, held)
+        self._launch(job, inline)
 
-    def _launch(self, job: Job, inline: bool, held: RunHold | None = None) -> None:
+    def _launch(self, job: Job, inline: bool) -> None:
         """Register ``job`` and start its task (``inline``: the caller runs it)."""
         self.live.register(job)
         job.channel.start()
@@ -161,7 +159,8 @@ class RunManager:
             job.inline = True
             return
         job.task = asyncio.create_task(execute(self.deps, job), name=f"run-{job.run_id}")
-        if held is not None:  # a task cancelled before its first step never ran execute()
+        if job.lease.conn is not None or job.lease.slot:
+            # A task cancelled before its first step never ran execute(), which takes it.
             job.task.add_done_callback(lambda _task: self._release_unclaimed(job))
 
     async def run_here(self, run_id: str) -> None:
@@ -182,9 +181,9 @@ class RunManager:
                 task.uncancel()
 
     def _release_unclaimed(self, job: Job) -> None:
-        held, job.held = job.held, None
-        if held is not None:
-            task = asyncio.create_task(self.locks.release(held))
+        lease = job.lease
+        if lease.conn is not None or lease.slot:
+            task = asyncio.create_task(self.locks.release(lease))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
@@ -202,9 +201,7 @@ class RunManager:
     ) -> Job:
         """Start the job of a run claimed back from ``requires_action`` (now ``queued``):
         its events number on from ``events`` (the stored log)."""
-        channel = RunChannel(
-            run.id, self.sessionmaker, self.flush_s, self.writes, run.seq_reserved, self.store_s
-        )
+        channel = RunChannel(run.id, self.store, self.flush_s, run.seq_reserved, self.store_s)
         channel.preload(events)
         self.live.reopen(run.id)
         # Claimed (stored ``queued``): its job marks it running when it holds the session.

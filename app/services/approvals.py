@@ -27,7 +27,7 @@ from app.runtime.reads import reading
 from app.schemas.sessions import ResumeRequest
 from app.schemas.vocab import EventType, RunStatus
 from app.services.agent_refs import pinned_spec
-from app.services.runs import _lookup, get_run
+from app.services.runs import get_run
 from app.state import AppState
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,11 @@ async def resume_run(
         row = await get_run(db, tenant_id, run_id)  # 404: unknown or another tenant's
         if row.status != RunStatus.REQUIRES_ACTION or not row.pending:
             raise _not_waiting(run_id, row.status)
-        session, agent_name, spec, _, _ = await _lookup(db, tenant_id, row.session_id)
         stored = dict(row.pending)
+    store = state.run_manager.store
+    async with store.lease() as lease:
+        found = await store.lookup(lease, tenant_id, row.session_id)
+    session, agent_name, spec = found.session, found.agent_name, found.spec
     # Stored agents it names: their versions when the session started (as for its messages).
     spec = await pinned_spec(state.engine, state.sessionmaker, tenant_id, spec, session.created_at)
     for model in sorted(spec.model_names()):

@@ -23,6 +23,7 @@ from app.ops.budget import RunBudget, budget_scope
 from app.runtime.messages import dump_message
 from app.runtime.runner import turn_params
 from app.runtime.runs import Submission
+from app.runtime.store import TurnLease
 from app.schemas.agents import AgentSpec, GenParams
 from app.schemas.openai import ChatCompletionRequest, ChatMessage
 from app.schemas.sessions import RunCreate, SessionCreate
@@ -277,6 +278,7 @@ async def preflight_tenant(state: AppState, tenant_id: str) -> tuple[int | None,
 
 async def session_submission(
     state: AppState,
+    lease: TurnLease,
     tenant_id: str,
     agent: AgentInfo,
     session_id: str,
@@ -298,7 +300,15 @@ async def session_submission(
         fields["multitask_strategy"] = strategy
     body = RunCreate(**fields)
     prepare = partial(
-        prepare_submission, state, tenant_id, session_id, body, None, agent=agent, source="openai"
+        prepare_submission,
+        state,
+        lease,
+        tenant_id,
+        session_id,
+        body,
+        None,
+        agent=agent,
+        source="openai",
     )
     try:
         return await prepare()
@@ -323,10 +333,11 @@ async def session_pieces(
     """A turn on a persistent session, submitted and run as ``POST /messages`` runs one: a
     streamed request follows the run's own task; a whole answer runs it in this request's
     task (``RunManager.run_here``) and is read from its end, kept in memory."""
-    sub = await session_submission(state, tenant_id, agent, session_id, req, strategy)
     runs = state.run_manager
-    hold = holds_turns(sub.spec) or wants_json(req)
-    run, created = await runs.submit(sub, inline=not req.stream)
+    async with runs.store.lease() as lease:
+        sub = await session_submission(state, lease, tenant_id, agent, session_id, req, strategy)
+        hold = holds_turns(sub.spec) or wants_json(req)
+        run, created = await runs.submit(sub, lease, inline=not req.stream)
     if req.stream or not created:
         return run_pieces(state, run.id, hold, req)
     await runs.run_here(run.id)

@@ -42,9 +42,10 @@ class SendMessage(BaseAction):
         if not me or recipient == me:
             raise ValueError("the recipient must be another session of this tenant")
         body = RunCreate(message=MessageIn(content=message, sender=me), multitask_strategy="reject")
-        sub = await prepare_submission(self.state, tenant_id, recipient, body, None)
         manager = self.state.run_manager
-        run, _ = await manager.submit(sub)
+        async with manager.store.lease() as lease:
+            sub = await prepare_submission(self.state, lease, tenant_id, recipient, body, None)
+            run, _ = await manager.submit(sub, lease)
         try:
             await asyncio.wait_for(manager.wait(run.id), self.timeout_s)
         except BaseException:  # cancelled (or too slow): the recipient's run stops too

@@ -16,7 +16,7 @@ from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.runtime.memory_cache import MemoryCache
 from app.runtime.messages import dump_message
-from app.runtime.runner import SESSIONS, load_state, memory_rev_bump
+from app.runtime.store.rows import SESSIONS, load_state, memory_rev_bump
 from app.schemas.sessions import SessionCreate, SessionPublic
 from app.schemas.vocab import BUSY
 from app.services.agent_refs import resolve_refs

@@ -1,9 +1,9 @@
 """A run's hold on its session (PostgreSQL): every way a run ends lets the session's run lock go,
 and no connection that may be broken, or may still hold the lock, goes back to the pool.
 
-The hold is ``SessionLocks.running`` (app/runtime/locks.py): a session-level advisory lock on a
-pooled connection kept for the run, taken there or handed over by the run's admission
-(``RunHold`` with ``locked=True``). Each test ends one way (the run's end released the lock,
+The hold is ``SessionLocks.running`` (app/runtime/store/locks.py) with the turn's ``TurnLease``: a
+session-level advisory lock on a pooled connection kept for the run, taken there or handed over
+by the run's admission (a lease with ``locked=True``). Each test ends one way (the run's end released the lock,
 an error, a cancel, a lost connection) and checks from another connection that the lock is
 free, that the run slot is back, and which connections the pool took back.
 """
@@ -23,13 +23,13 @@ from sqlalchemy.pool import NullPool
 
 from app.db import raw
 from app.db.engine import create_engine
-from app.runtime import pgturn
-from app.runtime.locks import RunHold, SessionLocks, advisory_key, run_slots
+from app.runtime.store import pg_sql
+from app.runtime.store.locks import SessionLocks, TurnLease, advisory_key, run_slots
 from tests.app.conftest import PG_URL
 
 pytestmark = pytest.mark.postgres
 
-# What pgturn.store_end's END_UNLOCK does after storing a run's end: the session-level lock is
+# What pg_sql.store_end's END_UNLOCK does after storing a run's end: the session-level lock is
 # released at that statement's commit (a transaction lock on the key bridges the gap).
 END_UNLOCK = "SELECT pg_advisory_unlock($1) FROM (SELECT pg_advisory_xact_lock($1) OFFSET 0) AS h"
 
@@ -105,22 +105,22 @@ async def _pooled_still_work(pool: Pool) -> None:
             await conn.close()
 
 
-async def _admitted(pool: Pool, session_pk: str) -> RunHold:
+async def _admitted(pool: Pool, session_pk: str) -> TurnLease:
     """A hold as the run's admission hands it over: its connection already holds the lock."""
-    hold = RunHold(key=advisory_key(session_pk))
+    hold = TurnLease(pool.locks, key=advisory_key(session_pk))
     hold.conn = await pool.engine.connect()
     hold.pg = await raw.driver(hold.conn)
-    await pgturn.lock(hold.pg, hold.key)
+    await pg_sql.lock(hold.pg, hold.key)
     hold.locked = True
     await pool.locks.take_slot()
     hold.slot = True
     return hold
 
 
-async def _end(hold: RunHold) -> None:
+async def _end(hold: TurnLease) -> None:
     """The run's end, stored on the lock's connection: its commit releases the lock."""
     assert await raw.fetchrow(hold.pg, END_UNLOCK, hold.key) is not None
-    hold.locked = False  # as finish._store_end_pg records it
+    hold.locked = False  # as PgRunStore.store_end records it
 
 
 @pytest.mark.parametrize("admitted", [False, True], ids=["locked_at_start", "admitted"])
@@ -128,7 +128,7 @@ async def test_a_run_that_ends_frees_the_session_and_returns_its_connection(
     pool: Pool, other: AsyncEngine, admitted: bool
 ) -> None:
     session_pk = _session()
-    held = await _admitted(pool, session_pk) if admitted else None
+    held = await _admitted(pool, session_pk) if admitted else TurnLease()
     async with pool.locks.running(session_pk, held) as hold:
         assert hold.locked and not await _free(other, session_pk)
         pg = hold.pg
@@ -144,7 +144,7 @@ async def test_a_run_that_fails_frees_the_session(
     pool: Pool, other: AsyncEngine, admitted: bool
 ) -> None:
     session_pk = _session()
-    held = await _admitted(pool, session_pk) if admitted else None
+    held = await _admitted(pool, session_pk) if admitted else TurnLease()
     with pytest.raises(RuntimeError, match="the agent broke"):
         async with pool.locks.running(session_pk, held) as hold:
             pg = hold.pg
@@ -160,7 +160,7 @@ async def test_a_cancelled_run_frees_the_session(
     pool: Pool, other: AsyncEngine, admitted: bool
 ) -> None:
     session_pk = _session()
-    held = await _admitted(pool, session_pk) if admitted else None
+    held = await _admitted(pool, session_pk) if admitted else TurnLease()
     inside = asyncio.Event()
     seen: list[Any] = []
 
@@ -250,7 +250,7 @@ async def test_a_lost_connection_found_at_the_end_is_discarded(
     # The run's end fails on the lost connection (finish marks the hold broken and stores the
     # end on a pooled connection instead): the dead connection is discarded, not pooled.
     session_pk = _session()
-    held = await _admitted(pool, session_pk) if admitted else None
+    held = await _admitted(pool, session_pk) if admitted else TurnLease()
     async with pool.locks.running(session_pk, held) as hold:
         pg = hold.pg
         await _terminate(other, pg)
@@ -258,7 +258,7 @@ async def test_a_lost_connection_found_at_the_end_is_discarded(
             try:
                 await _end(hold)
             except BaseException:
-                hold.broken = True  # as finish._store_end_pg does
+                hold.broken = True  # as TurnLease.using() does
                 raise
     await _settled(pool)
     assert await _free(other, session_pk)  # its database session, and its lock, are gone
@@ -273,7 +273,7 @@ async def test_a_lost_connection_found_at_release_is_discarded(
     # fails; the connection is discarded and the error surfaces (nothing pretends it unlocked).
     session_pk = _session()
     with pytest.raises(raw.DriverError):
-        async with pool.locks.running(session_pk) as hold:
+        async with pool.locks.running(session_pk, TurnLease()) as hold:
             pg = hold.pg
             await _terminate(other, pg)
     await _settled(pool)
@@ -293,7 +293,7 @@ async def test_a_lock_statement_that_did_not_return_discards_the_connection(
         assert await blocker.scalar(sa.select(sa.func.pg_try_advisory_lock(key)))
         await blocker.commit()
         before = len(pool.returned)
-        waiter = asyncio.create_task(pool.locks.running(session_pk).__aenter__())
+        waiter = asyncio.create_task(pool.locks.running(session_pk, TurnLease()).__aenter__())
         await asyncio.sleep(0.2)
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -1,8 +1,11 @@
 """A session turn's PostgreSQL statements, sent straight to asyncpg: one round trip each.
 
-- admission: ``agentstation_admit`` (migration 0004) takes the session's admission lock,
-  reads its memory revision and active runs, inserts the run and, when the session is idle,
-  takes its run lock (session-level, kept by the calling connection for the run);
+- the session's lookup (``LOOKUP``): the session, its agent's name and pinned spec, the
+  tenant's budget;
+- admission: ``agentstation_admit`` (migrations 0004, 0007, 0008) takes the session's admission
+  lock, answers a known Idempotency-Key with its run, reads the session's memory revision and
+  active runs, inserts the run and, when the session is idle, takes its run lock
+  (session-level, kept by the calling connection for the run);
 - the run's end: one statement (CTEs) appends the turn's messages, bumps ``memory_rev``,
   stores the unsaved events with the terminal one, charges a tenant with a budget and sets the
   final status; in autocommit, so its one implicit commit makes all of it durable at once.
@@ -19,7 +22,7 @@ from app.db import raw
 from app.db.models import Run
 
 ADMIT = (
-    "SELECT o_rev, o_active, o_status FROM agentstation_admit("
+    "SELECT o_rev, o_active, o_status, o_found FROM agentstation_admit("
     "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::json, $12::json, $13, $14, $15)"
 )
 LOOKUP = """\
@@ -76,7 +79,10 @@ class Admission:
 
     rev: int
     active: list[str]  # the session's queued and running runs before this one, oldest first
-    status: str | None  # "running" (the run lock is held), "queued", None: busy, not inserted
+    # "running" (the run lock is held), "queued", "existing" (a known Idempotency-Key: ``found``
+    # is its run's id), None: busy, not inserted
+    status: str | None
+    found: str | None = None
 
 
 async def admit(
@@ -110,7 +116,7 @@ async def admit(
     )
     if row is None:
         return None
-    return Admission(int(row[0]), list(row[1]), row[2])
+    return Admission(int(row[0]), list(row[1]), row[2], row[3])
 
 
 async def lock(pg: Any, run_key: int) -> None:

@@ -1,4 +1,5 @@
-"""One writer per session: a process-local FIFO lock plus a PostgreSQL advisory lock (replicas)."""
+"""One writer per session: a process-local FIFO lock plus a PostgreSQL advisory lock (replicas),
+and ``TurnLease``, the one owner of a turn's connection, run lock and run slot."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import raw
-from app.runtime import pgturn
+from app.runtime.store import pg_sql
 
 
 @functools.lru_cache(maxsize=4096)
@@ -73,39 +74,34 @@ class SessionLocks:
             yield
 
     @asynccontextmanager
-    async def running(self, key: str, held: RunHold | None = None) -> AsyncIterator[RunHold]:
+    async def running(self, key: str, lease: TurnLease) -> AsyncIterator[TurnLease]:
         """Held for a whole run: waits (FIFO in this process) for earlier runs of the session.
 
         On PostgreSQL the run also holds the session's run lock, a session-level advisory lock
-        on a pooled connection kept for the run (``RunHold.conn``; ``held``: taken already by
-        the run's admission on that connection). The run's end is stored on that connection
-        in autocommit; the lock is released after it, so the next run sees it. A connection
-        whose release fails is discarded (its lock ends with its database session).
+        on a pooled connection kept for the run (``lease``: taken already when its admission
+        locked on that connection, else taken here). The run's end is stored on that connection
+        in autocommit; the lock is released after it, so the next run sees it. Whatever the
+        lease still holds is let go at the exit, however the block ends (also when cancelled
+        while waiting behind another run); a connection whose release fails is discarded
+        (its lock ends with its database session).
         """
         try:
             async with self._hold(self._run, key):
-                if not self.postgres:
-                    yield RunHold()
-                    return
-                if held is not None:
-                    yield held
-                    return
-                await self._slots.acquire()
-                hold = RunHold(key=advisory_key(key), slot=True)
-                try:
-                    hold.conn = await self.engine.connect()
-                    hold.pg = await raw.driver(hold.conn)
-                    hold.locked = None  # unknown until the statement returns
-                    await pgturn.lock(hold.pg, hold.key)
-                    hold.locked = True
-                    yield hold
-                finally:
-                    await self._let_go(hold)
+                if self.postgres and not lease.locked:
+                    await self._slots.acquire()
+                    lease.slot = True
+                    lease.key = advisory_key(key)
+                    if lease.conn is None:
+                        lease.conn = await self.engine.connect()
+                        lease.pg = await raw.driver(lease.conn)
+                    lease.locked = None  # unknown until the statement returns
+                    await pg_sql.lock(lease.pg, lease.key)
+                    lease.locked = True
+                yield lease
         finally:
-            if held is not None:  # also when cancelled while waiting behind another run
-                await self._let_go(held)
+            await self._let_go(lease)
 
-    async def _let_go(self, hold: RunHold) -> None:
+    async def _let_go(self, hold: TurnLease) -> None:
         """``release``; in the background when the lock is known released (by the run's end,
         with its commit) and only the connection's return to the pool is left."""
         if hold.conn is None or hold.locked is not False or hold.broken:
@@ -139,7 +135,7 @@ class SessionLocks:
         """Count a run that holds its session's lock from admission on (``held``)."""
         await self._slots.acquire()
 
-    async def release(self, hold: RunHold) -> None:
+    async def release(self, hold: TurnLease) -> None:
         """Release the run lock and return its connection (once)."""
         conn, hold.conn = hold.conn, None
         try:
@@ -147,15 +143,16 @@ class SessionLocks:
                 return
             try:
                 if hold.locked and not hold.broken:
-                    await pgturn.unlock(hold.pg, hold.key)
+                    await pg_sql.unlock(hold.pg, hold.key)
                     hold.locked = False
-                if hold.locked is False:
+                if hold.locked is False and not hold.broken:
                     await conn.close()
                     return
             except BaseException:
                 await raw.discard(conn)
                 raise
-            # A lock that may still be held must not go back to the pool.
+            # A lock that may still be held, or a statement that may still be in progress,
+            # must not go back to the pool.
             await raw.discard(conn)
         finally:
             if hold.slot:
@@ -183,15 +180,71 @@ class SessionLocks:
 
 
 @dataclass
-class RunHold:
-    """What holding a session gives a run: on PostgreSQL, the lock's connection."""
+class TurnLease:
+    """A turn's hold on its session in the database: on PostgreSQL the pooled connection its
+    lookup and admission use, which keeps the session's run lock (a session-level advisory
+    lock) for the run, and one of ``SessionLocks``' run slots. Nothing on SQLite.
 
+    One owner at a time, and the owner's ``async with lease:`` lets go of whatever is still
+    held at its exit, however the block ends (answer, error, cancel, lost connection): the
+    request owns it from the session's lookup to the run's admission; ``take()`` moves what it
+    holds into a new lease for the run's task (the request's exit then lets go of nothing),
+    whose ``SessionLocks.running`` block keeps it until the run's end. A statement on its
+    connection runs inside ``using()``: one that fails or is cancelled marks the connection
+    ``broken``, and a broken connection, or one whose lock state is unknown, is discarded,
+    never pooled.
+    """
+
+    locks: SessionLocks | None = None
     conn: AsyncConnection | None = None
     pg: Any = None  # the asyncpg connection under ``conn``
     key: int = 0  # the run lock's advisory key
     locked: bool | None = False  # None: a lock statement did not return (unknown)
     slot: bool = False  # holds one of SessionLocks' run slots
     broken: bool = False  # a statement on ``conn`` failed: finish on a pooled connection
+
+    async def __aenter__(self) -> TurnLease:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    async def release(self) -> None:
+        """Let go of everything still held (once; later calls do nothing)."""
+        if self.locks is not None and (self.conn is not None or self.slot):
+            await self.locks.release(self)
+
+    def take(self) -> TurnLease:
+        """A new lease with everything this one holds; this one is left holding nothing."""
+        moved = TurnLease(
+            self.locks, self.conn, self.pg, self.key, self.locked, self.slot, self.broken
+        )
+        self.conn, self.pg, self.locked, self.slot, self.broken = None, None, False, False, False
+        return moved
+
+    async def connection(self) -> Any:
+        """The asyncpg connection (PostgreSQL), checked out of the pool on first use."""
+        if self.conn is None:
+            assert self.locks is not None
+            self.conn = await self.locks.engine.connect()
+            self.broken = False
+            try:
+                self.pg = await raw.driver(self.conn)
+            except BaseException:
+                self.broken = True
+                raise
+        return self.pg
+
+    @asynccontextmanager
+    async def using(self) -> AsyncIterator[Any]:
+        """Around statements on the lease's connection: one that fails or is cancelled (it
+        may still be in progress) marks the connection broken."""
+        pg = await self.connection()
+        try:
+            yield pg
+        except BaseException:
+            self.broken = True
+            raise
 
 
 async def _unlock(conn: AsyncConnection, key: str) -> None:

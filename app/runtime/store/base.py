@@ -1,0 +1,242 @@
+"""The run store: every statement of a session turn, behind one interface.
+
+``RunStore`` is what the runtime calls to look a session up for a turn, admit a run (its
+multitask rule and its Idempotency-Key included), mark a queued run started and read what its
+turn needs, append and reserve its events, store its end (messages, status, usage, last
+events, memory revision), drop what a paused run stored, and write a session's memory under
+the session's busy rule. ``create_store`` (``app/runtime/store/__init__.py``) picks the one
+implementation for the database once, at start-up:
+
+- ``SqliteRunStore`` (``sqlite.py``): SQLAlchemy Core statements on the loop's thread, one
+  write transaction at a time (``WriteGate``);
+- ``PgRunStore`` (``postgres.py``): the turn's statements sent straight to asyncpg, admission
+  as one server-side function (``agentstation_admit``), the end as one statement that also
+  releases the session's run lock.
+
+The operations both databases do alike with the same statements (a queued run's start, event
+rows, memory writes) are implemented once, here. Each operation has exactly one implementation
+per database. A turn's connection, run lock and run slot are its ``TurnLease``
+(``locks.py``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.db.base import utcnow
+from app.db.models import Message, Run, RunEvent
+from app.db.models import Session as SessionRow
+from app.errors import NotFound
+from app.ops.budget import BudgetSpec
+from app.runtime.budgets import BudgetFigures, read_figures
+from app.runtime.reads import reading
+from app.runtime.store.locks import SessionLocks, TurnLease, lock_for_transaction
+from app.runtime.store.rows import bump_memory_rev, load_state
+from app.runtime.writes import WriteGate
+from app.schemas.agents import AgentSpec
+from app.schemas.vocab import ACTIVE, BUSY, RunStatus
+
+RUNS = cast(sa.Table, Run.__table__)  # Core statements: no ORM bookkeeping for rows nobody holds
+EVENTS = cast(sa.Table, RunEvent.__table__)
+Memory = dict[str, list[dict[str, Any]]]
+
+# Agent versions never change once stored: their parsed specs are kept by (agent id, version).
+_SPECS: OrderedDict[tuple[str, int], AgentSpec] = OrderedDict()
+_SPECS_MAX = 1024
+
+
+class SessionNotFound(NotFound):
+    """404: the session of a turn does not exist (the chat endpoint then creates it)."""
+
+
+def pinned(agent_id: str, version: int, raw_spec: dict[str, Any] | None) -> AgentSpec:
+    """The parsed spec of an agent version (parsed once per process)."""
+    if raw_spec is None:
+        raise NotFound(f"agent version {version} not found")
+    key = (agent_id, version)
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = _SPECS[key] = AgentSpec.model_validate(raw_spec)
+        if len(_SPECS) > _SPECS_MAX:
+            _SPECS.popitem(last=False)
+    return spec
+
+
+@dataclass
+class Found:
+    """A session looked up for a turn: its row, its agent's name and pinned spec, and the
+    budget figures the turn starts with (the session's usage is read only when its agent has
+    a token limit)."""
+
+    session: SessionRow
+    agent_name: str
+    spec: AgentSpec
+    tenant_limit: int | None
+    tenant_used: int
+    session_used: int = 0
+
+    def figures(self, tenant_pending: int = 0) -> BudgetFigures:
+        """``tenant_pending``: tokens this replica counted for the tenant and has not written."""
+        budget = self.spec.budget
+        limit = budget.max_total_tokens if budget is not None else None
+        used = self.tenant_used + (tenant_pending if self.tenant_limit is not None else 0)
+        return BudgetFigures(limit, self.session_used, self.tenant_limit, used)
+
+
+@dataclass
+class Admitted:
+    """What admission decided for a new run."""
+
+    run: Run  # the new run (kept in memory as its state), or the run of a known key
+    created: bool  # False: the Idempotency-Key named an earlier run (``run`` is that one)
+    rev: int | None  # the memory revision read at admission; None: read it when the run starts
+    active: list[str]  # the session's queued, running and waiting runs before it, oldest first
+
+
+@dataclass
+class Started:
+    """What a queued (or unread) run reads when it starts."""
+
+    rev: int
+    figures: BudgetFigures
+    memory: Memory | None  # None: not read (the caller's cache holds revision ``rev``)
+
+
+@dataclass
+class RunEnd:
+    """A run's end, as the store writes it in one transaction."""
+
+    run: Run  # its final columns set (status, stop_reason, output, error, tokens, pending)
+    rows: list[dict[str, Any]]  # new message rows (``rows.new_rows``)
+    rewrite: list[str]  # memory keys whose history shrank: their rows are replaced
+    events: list[dict[str, Any]]  # unsaved events and the terminal one: seq, type, data
+    charge: int  # tokens to add to the tenant's counter now (0: counted elsewhere)
+    at: datetime
+    seq_reserved: int | None = None  # a waiting run: the last event id it may have sent
+
+
+class RunStore(ABC):
+    """A session turn's statements (see the module's docstring)."""
+
+    postgres = False
+
+    def __init__(self, engine: AsyncEngine, sessionmaker: async_sessionmaker[AsyncSession]):
+        self.engine = engine
+        self.sessionmaker = sessionmaker
+        self.locks = SessionLocks(engine)
+        self.writes = WriteGate(engine)  # SQLite: one write transaction at a time
+
+    def lease(self) -> TurnLease:
+        """A new turn's lease (empty until its lookup or admission uses it)."""
+        return TurnLease(self.locks)
+
+    @abstractmethod
+    async def lookup(self, lease: TurnLease, tenant_id: str, session_id: str) -> Found:
+        """The session for a turn (404 ``SessionNotFound``)."""
+
+    @abstractmethod
+    async def admit(self, lease: TurnLease, run: Run, strategy: str) -> Admitted:
+        """Insert ``run`` (status ``running`` or ``queued`` as decided here) unless the session
+        is busy under ``strategy`` (409 ``SessionBusy``) or gone (404); a known
+        ``run.idempotency_key`` answers its earlier run instead. On PostgreSQL a run admitted
+        ``running`` holds the session's run lock on ``lease``'s connection."""
+
+    @abstractmethod
+    async def store_end(self, lease: TurnLease | None, end: RunEnd) -> None:
+        """Write a run's end in one transaction; on PostgreSQL on ``lease``'s connection when
+        it holds the run lock, which that transaction's commit releases."""
+
+    async def start(
+        self,
+        run: Run,
+        spec_budget: BudgetSpec | None,
+        wants_memory: Any,
+    ) -> Started:
+        """A run that waited for its session (stored ``queued``, or admitted without reading
+        the revision): mark it running (when queued) and read the memory revision, the budget
+        figures and, when ``wants_memory(rev)``, the memory, in one transaction."""
+        queued = run.status == RunStatus.QUEUED
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            started = utcnow()
+            if queued:
+                await db.execute(
+                    sa.update(RUNS)
+                    .where(RUNS.c.id == run.id)
+                    .values(status=RunStatus.RUNNING, started_at=started)
+                )
+            rev = int(
+                await db.scalar(
+                    sa.select(SessionRow.memory_rev).where(SessionRow.pk == run.session_pk)
+                )
+                or 0
+            )
+            figures = await read_figures(db, run.tenant_id, run.session_pk, spec_budget)
+            memory = await load_state(db, run.session_pk) if wants_memory(rev) else None
+        if queued:
+            run.status, run.started_at = RunStatus.RUNNING, started
+        return Started(rev, figures, memory)
+
+    async def read(
+        self, run: Run, spec_budget: BudgetSpec | None, memory: bool, figures: bool
+    ) -> tuple[Memory | None, BudgetFigures | None]:
+        """The session's memory and/or budget figures (no transaction)."""
+        async with reading(self.engine, self.sessionmaker) as db:
+            stored = await load_state(db, run.session_pk) if memory else None
+            read = (
+                await read_figures(db, run.tenant_id, run.session_pk, spec_budget)
+                if figures
+                else None
+            )
+        return stored, read
+
+    async def load_memory(self, session_pk: str) -> Memory:
+        """The session's stored memory (state_dict entries per key, oldest first)."""
+        async with reading(self.engine, self.sessionmaker) as db:
+            return await load_state(db, session_pk)
+
+    async def append_events(self, rows: list[dict[str, Any]]) -> None:
+        """Store event rows (run_id, seq, type, data, created_at) in one transaction."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            await db.execute(sa.insert(EVENTS), rows)
+
+    async def reserve_ids(self, run_id: str, target: int) -> bool:
+        """Raise the run's ``seq_reserved`` to ``target`` while it is active; False when the
+        run is no longer active (its bound stays)."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            done = await db.execute(
+                sa.update(RUNS)
+                .where(
+                    RUNS.c.id == run_id,
+                    RUNS.c.seq_reserved < target,
+                    RUNS.c.status.in_(ACTIVE),
+                )
+                .values(seq_reserved=target)
+            )
+        return bool(getattr(done, "rowcount", 0))
+
+    async def drop_paused(self, run_id: str, session_pk: str) -> None:
+        """Delete the messages a run stored when it paused (its memory goes back to before)."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            dropped = await db.execute(sa.delete(Message).where(Message.run_id == run_id))
+            if getattr(dropped, "rowcount", 0):
+                await bump_memory_rev(db, session_pk)
+
+    @asynccontextmanager
+    async def idle_session(self, session_pk: str) -> AsyncIterator[AsyncSession | None]:
+        """A write transaction under the session's admission lock (across replicas on
+        PostgreSQL) if no run of the session is queued, running or waiting (None: busy)."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            await lock_for_transaction(db, session_pk)
+            busy = await db.scalar(
+                sa.select(Run.id).where(Run.session_pk == session_pk, Run.status.in_(BUSY)).limit(1)
+            )
+            yield db if busy is None else None
