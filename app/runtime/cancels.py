@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+import inspect
+from collections.abc import Coroutine
+from inspect import CORO_CREATED
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -55,7 +58,12 @@ class Cancels:
         if job.cancel_mode is None:
             job.cancel_mode = mode
             job.cancel_sent = job.inline  # see RunManager.run_here
-            job.task.cancel()
+            coro = cast(Coroutine[Any, Any, Any], job.task.get_coro())
+            if job.inline or inspect.getcoroutinestate(coro) != CORO_CREATED:
+                job.task.cancel()
+            # else: its task has not taken a step yet, and a task cancelled then would never
+            # run its body (no end stored, its lease never taken): its first step sees
+            # ``cancel_mode`` and ends the run (execution.execute).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(job.done.wait()), self.timeout_s * 5)
 

@@ -35,6 +35,9 @@ async def execute(deps: JobDeps, job: Job) -> None:
     result = TurnResult()
     turn: Turn | None = None
     try:
+        if job.cancel_mode is not None:  # cancelled before this first step (Cancels.cancel)
+            await deps.store.locks.release(job.lease)
+            raise asyncio.CancelledError
         # The run's task takes the turn's lease; held until the run's end is stored.
         async with deps.store.locks.running(job.session_pk, job.lease.take()) as lease:
             if job.cancel_mode is not None:

@@ -1,11 +1,12 @@
 """A run's hold on its session (PostgreSQL): every way a run ends lets the session's run lock go,
 and no connection that may be broken, or may still hold the lock, goes back to the pool.
 
-The hold is ``SessionLocks.running`` (app/runtime/store/locks.py) with the turn's ``TurnLease``: a
-session-level advisory lock on a pooled connection kept for the run, taken there or handed over
-by the run's admission (a lease with ``locked=True``). Each test ends one way (the run's end released the lock,
-an error, a cancel, a lost connection) and checks from another connection that the lock is
-free, that the run slot is back, and which connections the pool took back.
+The hold is ``SessionLocks.running`` (app/runtime/store/locks.py) with the turn's
+``TurnLease``: a session-level advisory lock on a pooled connection kept for the run, taken
+there or handed over by the run's admission (a lease with ``locked=True``). Each test ends one
+way (the run's end released the lock, an error, a cancel, a lost connection) and checks from
+another connection that the lock is free, that the run slot is back, and which connections the
+pool took back.
 """
 
 from __future__ import annotations

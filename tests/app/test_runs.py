@@ -165,6 +165,24 @@ async def test_idempotency_key_attaches_to_the_same_run(client: httpx.AsyncClien
     assert len((await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]) == 1
 
 
+async def test_concurrent_requests_with_one_key_make_one_run(client: httpx.AsyncClient) -> None:
+    # The key is the tenant's: retries racing each other, even on two sessions, get one run
+    # (on PostgreSQL the admission function catches the losing insert's unique violation).
+    await make_agent(client)
+    sids = [await make_session(client), await make_session(client)]
+    headers = {"Idempotency-Key": "race-1"}
+    answers = await asyncio.gather(
+        *(
+            client.post(f"/v1/sessions/{sid}/messages", json={"message": "x"}, headers=headers)
+            for sid in sids * 3
+        )
+    )
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    assert len({a.json()["run"]["id"] for a in answers}) == 1
+    counts = [len((await client.get(f"/v1/sessions/{s}/runs")).json()["data"]) for s in sids]
+    assert sorted(counts) == [0, 1]
+
+
 async def test_an_empty_idempotency_key_is_no_key(client: httpx.AsyncClient) -> None:
     # Found by the fuzz test: "" was stored as a key, and the second such turn was a 500.
     await make_agent(client)

@@ -19,8 +19,8 @@ from app.db import raw
 from app.db.models import Run
 from app.main import create_app
 from app.ops.budget_store import set_tenant_budget, tenant_budget
-from app.runtime.store.locks import advisory_key
 from app.runtime.runs import run_public
+from app.runtime.store.locks import advisory_key
 from app.schemas.sessions import RunPublic
 from app.settings import Settings
 from tests.app.conftest import (

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import raw
+from app.errors import AppError
 from app.runtime.store import pg_sql
 
 
@@ -238,10 +239,13 @@ class TurnLease:
     @asynccontextmanager
     async def using(self) -> AsyncIterator[Any]:
         """Around statements on the lease's connection: one that fails or is cancelled (it
-        may still be in progress) marks the connection broken."""
+        may still be in progress) marks the connection broken; an ``AppError`` raised in the
+        block after its statements answered (a refusal: 404, 409, ...) does not."""
         pg = await self.connection()
         try:
             yield pg
+        except AppError:
+            raise
         except BaseException:
             self.broken = True
             raise
