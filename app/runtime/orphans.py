@@ -2,7 +2,7 @@
 over by a live replica (``reap``) when one follows them or finds their session busy.
 
 A ``running`` run always holds its session's run lock (an advisory lock of its process's
-connection; see app/runtime/locks.py), so a ``running`` run whose lock nobody holds belongs to
+connection; see app/runtime/store/locks.py), so a ``running`` run whose lock nobody holds belongs to
 a dead replica. Closing it numbers its events after every id its owner may have sent
 (``Run.seq_reserved``), and names with a ``run.gap`` event the ids that may be lost.
 """
