@@ -24,6 +24,9 @@ V = TypeVar("V")
 
 _LIVE: weakref.WeakSet[TTLCache[Any, Any]] = weakref.WeakSet()
 
+# The sessions turns looked up (app.services.runs): dropped when a session or agent is deleted.
+TURN_SESSIONS = "turn_sessions"
+
 
 class TTLCache(Generic[K, V]):
     """A map whose entries expire ``ttl_s`` after they were stored; least recently used go first.

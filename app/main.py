@@ -29,6 +29,7 @@ from app.runtime.runs import RunManager
 from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
 from app.services.messenger import SendMessage
+from app.services.runs import session_cache
 from app.settings import Settings, get_settings
 from app.state import AppState
 
@@ -88,6 +89,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tenant_usage=TenantUsage(
             sessionmaker, settings.tenant_budget_ttl_s, settings.usage_flush_s
         ),
+        turn_sessions=session_cache(settings.session_cache_ttl_s),
     )
     async with sessionmaker() as db, db.begin():
         for tenant in {t for t, _ in settings.api_keys} | (

@@ -88,6 +88,8 @@ class Settings(OpsSettings):
     # Per-replica caches (0 disables one): how long another replica's change can go unseen here.
     auth_cache_ttl_s: float = Field(default=5.0, ge=0)  # stored API keys, "no key yet"
     agent_cache_ttl_s: float = Field(default=2.0, ge=0)  # each tenant's agents by name
+    # What a turn reads of a session (tenants and agents without budgets): see services/runs.
+    session_cache_ttl_s: float = Field(default=2.0, ge=0)
     tenant_budget_ttl_s: float = Field(default=2.0, ge=0)  # "this tenant has no budget"
     usage_flush_s: float = Field(default=1.0, ge=0)  # unlimited tenants' usage, batched
     models: Annotated[list[ModelConfig], NoDecode] = Field(default_factory=list)

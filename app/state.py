@@ -8,10 +8,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agents.agent import BaseAgent
+from app.cache import TTLCache
 from app.models.registry import ModelRegistry
 from app.ops.tenant_usage import TenantUsage
 from app.runtime.registry import BuildContext, Registry, ServableAgent
 from app.runtime.runs import RunManager
+from app.runtime.store import Found
 from app.schemas.agents import AgentSpec
 from app.services.agent_directory import AgentDirectory, AgentInfo
 from app.services.auth import Authenticator
@@ -30,6 +32,8 @@ class AppState:
     auth: Authenticator
     agents: AgentDirectory  # each tenant's agents by name, cached (chat, /v1/models)
     tenant_usage: TenantUsage  # tenant budgets of stateless chat, usage batched
+    # Sessions looked up for turns (app.services.runs._look_up); (tenant, session id) -> Found.
+    turn_sessions: TTLCache[tuple[str, str], Found]
     runs: RunManager | None = None
     kernel_pool: Any | None = None
     extras: dict[str, Any] = field(default_factory=dict)

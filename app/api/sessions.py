@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from app.api.fastpath import RequestOnlyRoute, documented, header_parameter
 from app.api.pages import After, Limit
 from app.api.sse import SSE_RESPONSES, run_event_response
+from app.cache import TURN_SESSIONS, invalidate_on_commit
 from app.deps import (
     DbDep,
     PrincipalDep,
@@ -86,6 +87,7 @@ async def delete_session(
         await runs.cancel(active, "cancelled")
     await db.delete(row)
     await db.flush()
+    invalidate_on_commit(db, TURN_SESSIONS, (who.tenant_id, session_id))
     await _shutdown_kernel(state, f"{who.tenant_id}:{session_id}")
     return Response(status_code=204)
 

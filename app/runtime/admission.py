@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.base import new_id, transient, utcnow
 from app.db.models import SEQ_BLOCK, Run
 from app.db.models import Session as SessionRow
-from app.errors import SessionBusy
+from app.errors import NotFound, SessionBusy
 from app.runtime.budgets import BudgetFigures
 from app.runtime.jobs import input_message
 from app.runtime.messages import dump_message
@@ -42,6 +42,9 @@ class Submission:
     # Counts the tokens of a tenant without a budget later, batched (the tenant's counter then
     # lags a little); None: every run's tokens are charged in its final transaction.
     charge_later: Callable[[str, int], Awaitable[None]] | None = None
+    # Set when the session came from a cache: the submission again, its session read afresh
+    # (``submit`` calls it when the cached session is gone at admission).
+    relookup: Callable[[], Awaitable[Submission]] | None = None
 
 
 # Starts an admitted run's job: (submission, run, memory revision read at admission or None,
@@ -79,6 +82,11 @@ class Admissions:
             # Busy with a run whose replica died? Close it (as recovery would) and try again.
             if not await self.orphans.reap_session(sub.session.pk):
                 raise
+        except NotFound:
+            if sub.relookup is None:
+                raise
+            # A cached session gone (deleted, maybe created again): look it up afresh.
+            return await self.submit(await sub.relookup(), lease, inline)
         return await self._submit(sub, lease, inline)
 
     async def _submit(self, sub: Submission, lease: TurnLease, inline: bool) -> tuple[Run, bool]:

@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.cache import invalidate_on_commit
+from app.cache import TURN_SESSIONS, invalidate_on_commit
 from app.db.base import new_id, utcnow
 from app.db.models import Agent, AgentVersion, Run
 from app.db.models import Session as SessionRow
@@ -125,6 +125,7 @@ async def delete_agent(db: AsyncSession, tenant_id: str, name: str) -> None:
     await db.delete(agent)
     await db.flush()
     invalidate_on_commit(db, CACHE_KIND, tenant_id)
+    invalidate_on_commit(db, TURN_SESSIONS)  # its sessions went with it
 
 
 async def list_agents(
