@@ -285,8 +285,13 @@ def ratio(new: Any, old: Any, digits: int = 3) -> float | None:
 
 
 def compare_row(what: str, figure: str, new: Any, old: Any) -> dict[str, Any]:
-    """One side-by-side row: a figure of this tree and of the baseline, and new/old."""
-    return {"what": what, "figure": figure, "new": new, "old": old, "new/old": ratio(new, old)}
+    """One side-by-side row: a figure of this tree and of the baseline, new/old, and new − old
+    (the one to read for a figure near 0, such as an added latency)."""
+    diff = None
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (new, old)):
+        diff = round(new - old, 3)
+    row = {"what": what, "figure": figure, "new": new, "old": old}
+    return row | {"new/old": ratio(new, old), "new-old": diff}
 
 
 def compare(
@@ -314,6 +319,8 @@ def run_in_tree(module: str, opts: BenchOptions, tree: Path | None) -> BenchResu
         "import json, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "import agents, app  # noqa: F401  (resolved from the tree first)\n"
+        "for pkg in (agents, app):\n"
+        "    assert pkg.__file__.startswith(sys.argv[1]), (pkg.__file__, sys.argv[1])\n"
         "sys.path.insert(0, sys.argv[2])\n"
         "import dataclasses, importlib\n"
         "from bench.common import BenchOptions\n"

@@ -12,7 +12,7 @@ of the 1st and 20th TTFTs) shows whether prefix caching carries a session's hist
 to turn. One session's ratio compares two single TTFTs of 11-23 ms: noise.
 
 ``python -m bench.engine_sessions [--db sqlite postgres] [--rounds 2] [--per-worker 2]
-[--history-sessions 5] [--baseline DIR]`` (prints JSON rows, writes
+[--history-sessions 5] [--baseline DIR] [--quick]`` (prints JSON rows, writes
 bench/results/engine_sessions.json). ``--baseline DIR``: another checkout's gateway (e.g.
 ``git worktree add /tmp/base <commit>``) measured in the same rounds, alternating with this
 one and vLLM (and session by session for the history), for a side-by-side ratio; such a run
@@ -276,7 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline", type=Path, help="another checkout whose gateway runs side by side"
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 1 round, 1 turn per worker, 2 history sessions; writes nothing",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.per_worker, args.history_sessions = 1, 1, 2
     if args.baseline is not None:
         try:
             args.baseline = baseline_tree(args.baseline)
@@ -314,8 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     # A side-by-side sitting keeps its own file: the plain run's figures stay as they were.
     out = "engine_sessions" + ("-sidebyside" if args.baseline is not None else "") + ".json"
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / out).write_text(json.dumps(result, indent=2) + "\n")
+    if not args.quick:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (RESULTS_DIR / out).write_text(json.dumps(result, indent=2) + "\n")
     for g in result["goals"]:
         print(json.dumps(g), flush=True)
     if result["sidebyside"]:

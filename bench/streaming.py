@@ -188,8 +188,9 @@ def run(opts: BenchOptions) -> BenchResult:
     )
     if any(r["completed"] < r["streams"] for r in result.rows):
         result.notes.append("Some streams did not complete with [DONE] (completed column).")
+    old = f", baseline gateway {best['gateway' + OLD]}" if "gateway" + OLD in best else ""
     result.notes.append(
-        f"Largest passing level: gateway {best['gateway']}, bare FastAPI {best['echo']}."
+        f"Largest passing level: gateway {best['gateway']}, bare FastAPI {best['echo']}{old}."
     )
     if opts.baseline is not None:
         result.sidebyside = sidebyside(result.rows, best)
