@@ -44,6 +44,7 @@ from bench.common import (
     free_port,
     gateway_server,
 )
+from bench.load import wait_idle
 
 NAME = "engine"
 CONCURRENCY = (1, 8, 32)
@@ -220,10 +221,12 @@ def run(opts: BenchOptions) -> BenchResult:
         vl = stack.enter_context(vllm_server(model_dir))
         gw = stack.enter_context(gateway(model_dir))
         targets = {"vllm": vl.base_url, "gateway": gw.base_url}
+        started = [vl, gw]
         if opts.baseline is not None:
-            targets["gateway" + OLD] = stack.enter_context(
-                gateway(model_dir, opts.baseline)
-            ).base_url
+            started.append(stack.enter_context(gateway(model_dir, opts.baseline)))
+            targets["gateway" + OLD] = started[-1].base_url
+        for server in started:  # a server still settling after start would slow the first
+            wait_idle(server)
         result.rows = measure(targets, rounds, per_worker)
     result.sidebyside = sidebyside(result.rows)
     result.goals = [

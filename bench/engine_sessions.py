@@ -46,6 +46,7 @@ from bench.common import (
     reset_postgres_db,
 )
 from bench.engine import ENGINE, ENGINE_ENV, MAX_TOKENS, START_TIMEOUT_S, one_stream, vllm_server
+from bench.load import wait_idle
 from bench.report import markdown_table
 
 CONCURRENCY = (8, 32)
@@ -302,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.baseline is not None:
                     base = session_gateway(model_dir, db, args.baseline)
                     gateways["baseline"] = servers.enter_context(base)
+                for server in (vl, *gateways.values()):  # settled after start
+                    wait_idle(server)
                 urls = {name: gw.base_url for name, gw in gateways.items()}
                 for url in urls.values():
                     http_json("POST", f"{url}/v1/agents", AGENT)

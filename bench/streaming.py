@@ -188,9 +188,9 @@ def run(opts: BenchOptions) -> BenchResult:
     )
     if any(r["completed"] < r["streams"] for r in result.rows):
         result.notes.append("Some streams did not complete with [DONE] (completed column).")
-    old = f", baseline gateway {best['gateway' + OLD]}" if "gateway" + OLD in best else ""
+    old_level = f", baseline gateway {best['gateway' + OLD]}" if "gateway" + OLD in best else ""
     result.notes.append(
-        f"Largest passing level: gateway {best['gateway']}, bare FastAPI {best['echo']}{old}."
+        f"Largest passing level: gateway {best['gateway']}, bare FastAPI {best['echo']}{old_level}."
     )
     if opts.baseline is not None:
         result.sidebyside = sidebyside(result.rows, best)
