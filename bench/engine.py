@@ -49,7 +49,8 @@ from bench.load import wait_idle
 NAME = "engine"
 CONCURRENCY = (1, 8, 32)
 MAX_TOKENS = 64
-ENGINE = {"dtype": "bfloat16", "enforce_eager": True, "seed": 0, "max_model_len": 2048}
+MAX_MODEL_LEN = 2048
+ENGINE = {"dtype": "bfloat16", "enforce_eager": True, "seed": 0, "max_model_len": MAX_MODEL_LEN}
 KV_CACHE_BYTES = 64 * 2**20
 # Both servers: no usage stats, model in the engine-core process (as AsyncVllmModel sets).
 ENGINE_ENV = {
@@ -63,12 +64,20 @@ GOAL_TOK_S_RATIO = 0.97
 GOAL_TTFT_ADDED_MS = 2.0
 
 
-def vllm_server(model_dir: Path) -> ServerProcess:
+def vllm_server(model_dir: Path, max_model_len: int = MAX_MODEL_LEN) -> ServerProcess:
     """``python -m vllm.entrypoints.openai.api_server`` with the gateway's engine settings."""
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
     cmd += ["--served-model-name", "demo", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--dtype", "bfloat16", "--enforce-eager", "--seed", "0", "--max-model-len", "2048"]
+    cmd += [
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        "--seed",
+        "0",
+        "--max-model-len",
+        str(max_model_len),
+    ]
     cmd += ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--enable-prefix-caching"]
     cmd += ["--disable-log-stats", "--disable-uvicorn-access-log"]
     server = ServerProcess("vllm", cmd, port, env=ENGINE_ENV, ready_path="/health")

@@ -56,12 +56,17 @@ AGENT = {"name": "storyteller", "spec": {"kind": "agent", "model": "demo"}}
 GOAL_TOK_S_RATIO = 0.95
 GOAL_TTFT_ADDED_MS = 5.0
 GOAL_HISTORY_RATIO = 1.5
+# 20 turns of 64 tokens fill ~2,000 tokens of history: at bench/engine.py's 2,048 a session's
+# 19th-20th turn was cut short or failed (prompt of 2,060 tokens). The demo model has 4,096
+# positions; both servers get the same limit, so the comparison with vLLM is unchanged.
+MAX_MODEL_LEN = 4096
 
 
 def session_gateway(model_dir: Path, db: str, tree: Path | None = None) -> ServerProcess:
     """``agentstation serve`` with the demo model on SQLite or a fresh bench PostgreSQL
     database; ``tree``: another checkout's ``app`` (the baseline of a side-by-side run)."""
-    model = {"name": "demo", "backend": "vllm", "path": str(model_dir), "engine": ENGINE}
+    engine = {**ENGINE, "max_model_len": MAX_MODEL_LEN}
+    model = {"name": "demo", "backend": "vllm", "path": str(model_dir), "engine": engine}
     url = None
     if db == "postgres":
         url = reset_postgres_db(pg_db_name("agentstation_bench_engine", tree), tree)
@@ -296,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
-        vl = stack.enter_context(vllm_server(model_dir))
+        vl = stack.enter_context(vllm_server(model_dir, MAX_MODEL_LEN))
         for db in args.db:
             with contextlib.ExitStack() as servers:
                 gateways = {"gateway": servers.enter_context(session_gateway(model_dir, db))}
