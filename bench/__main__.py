@@ -1,6 +1,11 @@
 """``python -m bench [names…]``: run the benchmarks, print the table, write results and README.
 
 Examples: ``python -m bench`` (all), ``python -m bench gateway proxy``, ``python -m bench --quick``.
+``--baseline DIR``: another checkout (``git worktree add /tmp/base <commit>``) whose gateway runs
+side by side with this tree's in every benchmark that serves one, in the same rounds; each
+benchmark then writes bench/results/<name>-sidebyside.json, the README's generated block is
+left alone, and a new / old / new÷old table of every figure is printed at the end (and written
+to bench/results/sidebyside.md).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import time
 import traceback
 
 from bench import report
-from bench.common import ROOT, BenchOptions, BenchResult, Skip
+from bench.common import RESULTS_DIR, ROOT, BenchOptions, BenchResult, Skip, baseline_tree
 from bench.load import pick_generator
 
 # Run order: cheap and self-contained first. engine, sandbox and http_client belong to
@@ -87,18 +92,31 @@ def parse_args(argv: list[str]) -> tuple[list[str], BenchOptions, bool]:
     parser.add_argument("--connections", type=int, default=32, help="connections for throughput")
     parser.add_argument("--generator", choices=["auto", "wrk", "aiohttp"], default="auto")
     parser.add_argument("--no-readme", action="store_true", help="leave bench/README.md alone")
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="another checkout whose gateway runs side by side (e.g. a worktree of the old tree)",
+    )
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {BENCHMARKS}")
+    baseline = None
+    if args.baseline is not None:
+        try:
+            baseline = baseline_tree(args.baseline)
+        except ValueError as exc:
+            parser.error(str(exc))
     opts = BenchOptions(
         quick=args.quick,
         duration_s=args.duration,
         rounds=1 if args.quick else args.rounds,
         connections=args.connections,
         generator=pick_generator(args.generator),
+        baseline=baseline,
     )
-    return args.names or BENCHMARKS, opts, not (args.no_readme or args.quick)
+    write_readme = not (args.no_readme or args.quick or baseline is not None)
+    return args.names or BENCHMARKS, opts, write_readme
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,11 +132,17 @@ def main(argv: list[str] | None = None) -> int:
         print(report.render(result), flush=True)
         results.append(result)
         if not opts.quick:
-            report.write_json(result)
+            report.write_json(result, "" if opts.baseline is None else "-sidebyside")
     print(report.console(results))
+    if opts.baseline is not None:
+        table = report.sidebyside_table(results)
+        print(f"\n## Side by side: this tree (new) vs {opts.baseline} (old)\n\n{table}")
+        if not opts.quick:
+            RESULTS_DIR.mkdir(exist_ok=True)
+            (RESULTS_DIR / "sidebyside.md").write_text(table + "\n")
     print(f"total: {time.monotonic() - started:.0f} s")
     if write_readme:
-        merged = report.load_previous()
+        merged = report.load_previous(BENCHMARKS)
         merged.update({r.name: r for r in results})
         ordered = [merged[n] for n in BENCHMARKS if n in merged]
         report.update_readme(ordered, "python -m bench " + " ".join(sys.argv[1:]))

@@ -35,6 +35,7 @@ HOST = "127.0.0.1"
 PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_BENCH_DB = "agentstation_bench"
 PG_BENCH_URL = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{PG_BENCH_DB}"
+OLD = "-old"  # suffix of a target served by the baseline tree in a side-by-side run
 
 
 class Skip(Exception):
@@ -50,6 +51,9 @@ class BenchOptions:
     rounds: int = 2
     connections: int = 32
     generator: str = "auto"  # "wrk" | "aiohttp" | "auto" (wrk when installed)
+    # Another checkout (e.g. ``git worktree add /tmp/base <commit>``) whose gateway runs side
+    # by side with this tree's, in the same rounds: its targets are named ``<target>-old``.
+    baseline: Path | None = None
 
     def dur(self, full: float | None = None) -> float:
         """Seconds for one load run."""
@@ -79,6 +83,8 @@ class BenchResult:
     skipped: str | None = None
     elapsed_s: float = 0.0
     output: str | None = None  # raw output of a module run as a script
+    # With a baseline: one row per figure, this tree's value, the baseline's, and new/old.
+    sidebyside: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form, with the machine and the command, for bench/results/."""
@@ -222,12 +228,23 @@ def gateway_available() -> str | None:
 
 
 def gateway_server(
-    name: str, models: list[dict[str, Any]], database_url: str | None = None, **env: str
+    name: str,
+    models: list[dict[str, Any]],
+    database_url: str | None = None,
+    *,
+    tree: Path | str | None = None,
+    **env: str,
 ) -> ServerProcess:
-    """``agentstation serve`` on a free port with these models and database (temp SQLite)."""
+    """``agentstation serve`` on a free port with these models and database (temp SQLite).
+
+    ``tree``: another checkout whose ``app`` and ``agents`` serve instead of this tree's (its
+    root first on PYTHONPATH, and the working directory): the baseline of a side-by-side run.
+    The venv (its packages and the ``agentstation`` script, ``app.cli:main``) is shared.
+    """
     reason = gateway_available()
     if reason:
         raise Skip(f"gateway: {reason}")
+    root = ROOT if tree is None else Path(tree)
     port = free_port()
     if database_url is None:
         db_dir = tempfile.mkdtemp(prefix="bench-db-")
@@ -240,8 +257,94 @@ def gateway_server(
         "AGENTSTATION_LOG_LEVEL": "warning",
         **env,
     }
+    if tree is not None:  # else inherited: PYTHONPATH, or the venv's install of this tree
+        full_env["PYTHONPATH"] = str(root)
     cmd = [str(VENV_BIN / "agentstation"), "serve"]
-    return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz")
+    return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz", cwd=root)
+
+
+def baseline_tree(path: Path | str) -> Path:
+    """The resolved root of a baseline checkout; raise ValueError when it has no ``app``."""
+    tree = Path(path).resolve()
+    if not (tree / "app" / "__init__.py").exists() or not (tree / "migrations").is_dir():
+        raise ValueError(f"{tree} is not a checkout of this project (no app/ or migrations/)")
+    return tree
+
+
+def pg_db_name(name: str, tree: Path | None) -> str:
+    """The bench database of this tree (``name``) or of a baseline tree (``name_base``)."""
+    return name if tree is None else f"{name}_base"
+
+
+def ratio(new: Any, old: Any, digits: int = 3) -> float | None:
+    """new / old when both are numbers and old is not 0, else None."""
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (new, old))
+    if not numbers or not old or math.isnan(old) or math.isnan(new):
+        return None
+    return round(float(new) / float(old), digits)
+
+
+def compare_row(what: str, figure: str, new: Any, old: Any) -> dict[str, Any]:
+    """One side-by-side row: a figure of this tree and of the baseline, new/old, and new − old
+    (the one to read for a figure near 0, such as an added latency)."""
+    diff = None
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (new, old)):
+        diff = round(new - old, 3)
+    row = {"what": what, "figure": figure, "new": new, "old": old}
+    return row | {"new/old": ratio(new, old), "new-old": diff}
+
+
+def compare(
+    rows: Sequence[dict[str, Any]], key: str, figures: Sequence[str], suffix: str = OLD
+) -> list[dict[str, Any]]:
+    """Side-by-side rows for table rows whose ``key`` names a target and ``<target>-old``
+    its baseline twin: for each such pair and each figure both have, new, old, new/old."""
+    by_key = {str(r[key]): r for r in rows}
+    out = []
+    for name, row in by_key.items():
+        twin = by_key.get(name + suffix)
+        if name.endswith(suffix) or twin is None:
+            continue
+        for fig in figures:
+            if row.get(fig) is not None and twin.get(fig) is not None:
+                out.append(compare_row(name, fig, row[fig], twin[fig]))
+    return out
+
+
+def run_in_tree(module: str, opts: BenchOptions, tree: Path | None) -> BenchResult:
+    """``bench.<module>.run(opts)`` in a subprocess whose ``app`` and ``agents`` come from
+    ``tree`` (this tree's when None) and ``bench`` from this tree: for benchmarks that run the
+    project's code in their own process (the sandbox), side by side with a baseline."""
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import agents, app  # noqa: F401  (resolved from the tree first)\n"
+        "for pkg in (agents, app):\n"
+        "    assert pkg.__file__.startswith(sys.argv[1]), (pkg.__file__, sys.argv[1])\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "import dataclasses, importlib\n"
+        "from bench.common import BenchOptions\n"
+        "mod = importlib.import_module('bench.' + sys.argv[3])\n"
+        "res = mod.run(BenchOptions(**json.loads(sys.argv[4])))\n"
+        "print('BENCHJSON ' + json.dumps(dataclasses.asdict(res), default=str))\n"
+    )
+    args = json.dumps({**asdict(opts), "baseline": None})
+    where = tree or ROOT
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(where), str(ROOT), module, args],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("BENCHJSON ")), None)
+    if done.returncode != 0 or line is None:
+        tail = (done.stdout + done.stderr)[-800:]
+        raise RuntimeError(f"bench.{module} in {where} exited {done.returncode}: {tail}")
+    data = json.loads(line.removeprefix("BENCHJSON "))
+    res = BenchResult(**{k: v for k, v in data.items() if k != "goals"})
+    res.goals = [Goal(**g) for g in data["goals"]]
+    return res
 
 
 def reset_postgres_db(name: str = PG_BENCH_DB, tree: Path | None = None) -> str:
@@ -265,7 +368,7 @@ def reset_postgres_db(name: str = PG_BENCH_DB, tree: Path | None = None) -> str:
     except (OSError, asyncpg.PostgresError) as exc:
         raise Skip(f"PostgreSQL at 127.0.0.1:5432 unavailable: {exc}") from exc
     env = {**os.environ, "AGENTSTATION_DATABASE_URL": url}
-    if tree is not None:  # another checkout's migrations (a side-by-side baseline)
+    if tree is not None:  # another checkout's migrations (a side-by-side baseline migrates its own)
         env["PYTHONPATH"] = str(tree)
     cli = str(VENV_BIN / "agentstation")
     done = subprocess.run(

@@ -7,6 +7,8 @@ distinct prompt; greedy output is the same on both servers, so both do the same 
 token counts are checked). Per concurrency (1, 8, 32): output tokens/s over the wall time
 of the round, TTFT (time to the first content chunk) p50/p99 and the gap between content
 chunks p50/p99. Rows give gateway/vLLM ratios; results go to bench/results/engine.json.
+With ``--baseline DIR`` that tree's gateway (``old_*`` columns) runs in the same rounds,
+after this one's, and the side-by-side rows compare each ratio to vLLM, new against old.
 
 ``python -m bench engine`` (through the harness) or ``python -m bench.engine``.
 """
@@ -30,20 +32,25 @@ import aiohttp
 
 from bench import plots
 from bench.common import (
+    OLD,
     RESULTS_DIR,
     BenchOptions,
     BenchResult,
     Goal,
     ServerProcess,
     Skip,
+    baseline_tree,
+    compare_row,
     free_port,
     gateway_server,
 )
+from bench.load import wait_idle
 
 NAME = "engine"
 CONCURRENCY = (1, 8, 32)
 MAX_TOKENS = 64
-ENGINE = {"dtype": "bfloat16", "enforce_eager": True, "seed": 0, "max_model_len": 2048}
+MAX_MODEL_LEN = 2048
+ENGINE = {"dtype": "bfloat16", "enforce_eager": True, "seed": 0, "max_model_len": MAX_MODEL_LEN}
 KV_CACHE_BYTES = 64 * 2**20
 # Both servers: no usage stats, model in the engine-core process (as AsyncVllmModel sets).
 ENGINE_ENV = {
@@ -57,12 +64,20 @@ GOAL_TOK_S_RATIO = 0.97
 GOAL_TTFT_ADDED_MS = 2.0
 
 
-def vllm_server(model_dir: Path) -> ServerProcess:
+def vllm_server(model_dir: Path, max_model_len: int = MAX_MODEL_LEN) -> ServerProcess:
     """``python -m vllm.entrypoints.openai.api_server`` with the gateway's engine settings."""
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
     cmd += ["--served-model-name", "demo", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--dtype", "bfloat16", "--enforce-eager", "--seed", "0", "--max-model-len", "2048"]
+    cmd += [
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        "--seed",
+        "0",
+        "--max-model-len",
+        str(max_model_len),
+    ]
     cmd += ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--enable-prefix-caching"]
     cmd += ["--disable-log-stats", "--disable-uvicorn-access-log"]
     server = ServerProcess("vllm", cmd, port, env=ENGINE_ENV, ready_path="/health")
@@ -70,10 +85,12 @@ def vllm_server(model_dir: Path) -> ServerProcess:
     return server
 
 
-def gateway(model_dir: Path) -> ServerProcess:
-    """``agentstation serve`` with the demo model as a raw vLLM model."""
+def gateway(model_dir: Path, tree: Path | None = None) -> ServerProcess:
+    """``agentstation serve`` with the demo model as a raw vLLM model (``tree``: a baseline
+    checkout's)."""
     model = {"name": "demo", "backend": "vllm", "path": str(model_dir), "engine": ENGINE}
-    server = gateway_server("gateway", [model], **ENGINE_ENV)
+    name = "gateway" if tree is None else "gateway" + OLD
+    server = gateway_server(name, [model], None, tree=tree, **ENGINE_ENV)
     server.ready_timeout_s = START_TIMEOUT_S
     return server
 
@@ -152,23 +169,49 @@ def measure(targets: dict[str, str], rounds: int, per_worker: int) -> list[dict[
         gw, vl = best["gateway"], best["vllm"]
         if gw["tokens"] != vl["tokens"]:
             raise RuntimeError(f"different work at concurrency {c}: {gw} vs {vl}")
-        rows.append(
-            {
-                "concurrency": c,
-                "vllm_tok_s": round(vl["tok_s"], 1),
-                "gateway_tok_s": round(gw["tok_s"], 1),
-                "tok_s_ratio": round(gw["tok_s"] / vl["tok_s"], 3),
-                "vllm_ttft_p50_ms": round(vl["ttft_p50_ms"], 1),
-                "gateway_ttft_p50_ms": round(gw["ttft_p50_ms"], 1),
-                "ttft_diff_ms": round(gw["ttft_p50_ms"] - vl["ttft_p50_ms"], 1),
-                "ttft_p99_diff_ms": round(gw["ttft_p99_ms"] - vl["ttft_p99_ms"], 1),
-                "vllm_gap_p50_ms": round(vl["gap_p50_ms"], 2),
-                "gateway_gap_p50_ms": round(gw["gap_p50_ms"], 2),
-                "vllm_gap_p99_ms": round(vl["gap_p99_ms"], 2),
-                "gateway_gap_p99_ms": round(gw["gap_p99_ms"], 2),
+        row: dict[str, Any] = {
+            "concurrency": c,
+            "vllm_tok_s": round(vl["tok_s"], 1),
+            "gateway_tok_s": round(gw["tok_s"], 1),
+            "tok_s_ratio": round(gw["tok_s"] / vl["tok_s"], 3),
+            "vllm_ttft_p50_ms": round(vl["ttft_p50_ms"], 1),
+            "gateway_ttft_p50_ms": round(gw["ttft_p50_ms"], 1),
+            "ttft_diff_ms": round(gw["ttft_p50_ms"] - vl["ttft_p50_ms"], 1),
+            "ttft_p99_diff_ms": round(gw["ttft_p99_ms"] - vl["ttft_p99_ms"], 1),
+            "vllm_gap_p50_ms": round(vl["gap_p50_ms"], 2),
+            "gateway_gap_p50_ms": round(gw["gap_p50_ms"], 2),
+            "vllm_gap_p99_ms": round(vl["gap_p99_ms"], 2),
+            "gateway_gap_p99_ms": round(gw["gap_p99_ms"], 2),
+        }
+        old = best.get("gateway" + OLD)
+        if old is not None:  # the baseline tree's gateway, same rounds
+            if old["tokens"] != vl["tokens"]:
+                raise RuntimeError(f"different work at concurrency {c}: {old} vs {vl}")
+            row |= {
+                "old_tok_s": round(old["tok_s"], 1),
+                "old_tok_s_ratio": round(old["tok_s"] / vl["tok_s"], 3),
+                "old_ttft_p50_ms": round(old["ttft_p50_ms"], 1),
+                "old_ttft_diff_ms": round(old["ttft_p50_ms"] - vl["ttft_p50_ms"], 1),
+                "old_gap_p50_ms": round(old["gap_p50_ms"], 2),
             }
-        )
+        rows.append(row)
     return rows
+
+
+def sidebyside(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per concurrency: this tree's ratio to vLLM, TTFT added, gap p50 against the baseline's."""
+    pairs = [
+        ("tok_s_ratio", "tok_s_ratio", "old_tok_s_ratio"),
+        ("tok_s", "gateway_tok_s", "old_tok_s"),
+        ("ttft_diff_ms", "ttft_diff_ms", "old_ttft_diff_ms"),
+        ("gap_p50_ms", "gateway_gap_p50_ms", "old_gap_p50_ms"),
+    ]
+    return [
+        compare_row(f"{r['concurrency']} streams", fig, r[new], r[old])
+        for r in rows
+        if "old_tok_s" in r
+        for fig, new, old in pairs
+    ]
 
 
 def run(opts: BenchOptions) -> BenchResult:
@@ -186,7 +229,15 @@ def run(opts: BenchOptions) -> BenchResult:
         # One at a time: two engines loading at once on 2 cores only slows both.
         vl = stack.enter_context(vllm_server(model_dir))
         gw = stack.enter_context(gateway(model_dir))
-        result.rows = measure({"vllm": vl.base_url, "gateway": gw.base_url}, rounds, per_worker)
+        targets = {"vllm": vl.base_url, "gateway": gw.base_url}
+        started = [vl, gw]
+        if opts.baseline is not None:
+            started.append(stack.enter_context(gateway(model_dir, opts.baseline)))
+            targets["gateway" + OLD] = started[-1].base_url
+        for server in started:  # a server still settling after start would slow the first
+            wait_idle(server)
+        result.rows = measure(targets, rounds, per_worker)
+    result.sidebyside = sidebyside(result.rows)
     result.goals = [
         goal
         for r in result.rows
@@ -203,7 +254,7 @@ def run(opts: BenchOptions) -> BenchResult:
             ),
         )
     ]  # fmt: skip
-    if not opts.quick:
+    if not opts.quick and opts.baseline is None:  # a side-by-side run keeps the plain plots
         xs = [float(r["concurrency"]) for r in result.rows]
         series: dict[str, tuple[Sequence[float], Sequence[float]]] = {
             name: (xs, [r[f"{name}_tok_s"] for r in result.rows]) for name in ("vllm", "gateway")
@@ -224,11 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, help="a checkout whose gateway runs alongside")
     args = parser.parse_args(argv)
     os.environ.update(ENGINE_ENV)
-    result = run(BenchOptions(quick=args.quick, rounds=args.rounds))
+    base = None if args.baseline is None else baseline_tree(args.baseline)
+    result = run(BenchOptions(quick=args.quick, rounds=args.rounds, baseline=base))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "engine.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    out = RESULTS_DIR / ("engine.json" if base is None else "engine-sidebyside.json")
+    out.write_text(json.dumps(result.to_json(), indent=2) + "\n")
     for row in result.rows:
         print(row)
     return 0

@@ -5,23 +5,30 @@ Targets, all driven by the same generator with the same connections, alternating
 echo mode), ``agent`` (the same with ``model`` = an agent), ``session-sqlite`` and
 ``session-postgres`` (``POST /v1/sessions/{id}/messages``, non-streaming, over 128 sessions).
 Throughput at ``opts.connections`` connections; added latency at one connection.
+With ``--baseline DIR`` every gateway target also runs from that tree (``chat-old`` …), in
+the same rounds right after its twin, and the side-by-side rows compare each figure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from pathlib import Path
 from typing import Any
 
 from bench import plots
 from bench.common import (
+    OLD,
+    PG_BENCH_DB,
     BenchOptions,
     BenchResult,
     Goal,
     ServerProcess,
     Skip,
+    compare,
     gateway_server,
     http_json,
+    pg_db_name,
     reset_postgres_db,
     uvicorn_server,
 )
@@ -37,6 +44,8 @@ SESSIONS = 128
 # Sandbox off: no tool runs here, and its self-test would only slow the start.
 GATEWAY_ENV = {"AGENTSTATION_SANDBOX_ENABLED": "false"}
 MIN_RATIO, MAX_ADDED_P50_MS = 0.60, 0.5
+# The figures a side-by-side run compares, new against old.
+COMPARED = ["vs_echo", "cpu_vs_echo", "added_p50_ms", "rps", "cpu_us_per_req", "p50_ms_c1"]
 
 
 def create_agent(base_url: str, name: str = AGENT, spec: dict[str, Any] | None = None) -> None:
@@ -94,6 +103,8 @@ def _row(
 def _goals(rows: list[dict[str, Any]]) -> list[Goal]:
     goals = []
     for row in rows[1:]:
+        if row["target"].endswith(OLD):
+            continue
         ratio, added = row["vs_echo"], row.get("added_p50_ms", float("inf"))
         goals.append(
             Goal(
@@ -123,28 +134,44 @@ def run(opts: BenchOptions) -> BenchResult:
     (a run abandoned when wrk stops still finishes), so they must not slow the other targets.
     """
     result = BenchResult(NAME)
+    trees: list[tuple[str, Path | None]] = [("", None)]
+    if opts.baseline is not None:
+        trees.append((OLD, opts.baseline))
     with contextlib.ExitStack() as stack:
         echo = stack.enter_context(uvicorn_server("echo", "bench.baselines.echo:app"))
-        gw = stack.enter_context(gateway_server("gw-chat", SCRIPTED, **GATEWAY_ENV))
-        sq = stack.enter_context(gateway_server("gw-sqlite", SCRIPTED, **GATEWAY_ENV))
-        for server in (gw, sq):
-            create_agent(server.base_url)
-        specs = [
-            LoadSpec("echo", echo.base_url, CHAT_BODY, [CHAT_PATH], echo),
-            LoadSpec("chat", gw.base_url, CHAT_BODY, [CHAT_PATH], gw),
-            LoadSpec("agent", gw.base_url, {**CHAT_BODY, "model": AGENT}, [CHAT_PATH], gw),
-            session_spec("session-sqlite", sq, SESSIONS),
+        groups: list[list[LoadSpec]] = [
+            [LoadSpec("echo", echo.base_url, CHAT_BODY, [CHAT_PATH], echo)]
         ]
-        pg = _start_postgres_gateway(stack, result)
-        if pg is not None:
-            create_agent(pg.base_url)
-            specs.append(session_spec("session-postgres", pg, SESSIONS))
+        for suffix, tree in trees:
+            gw = stack.enter_context(
+                gateway_server("gw-chat" + suffix, SCRIPTED, None, tree=tree, **GATEWAY_ENV)
+            )
+            sq = stack.enter_context(
+                gateway_server("gw-sqlite" + suffix, SCRIPTED, None, tree=tree, **GATEWAY_ENV)
+            )
+            for server in (gw, sq):
+                create_agent(server.base_url)
+            specs = [
+                LoadSpec("chat" + suffix, gw.base_url, CHAT_BODY, [CHAT_PATH], gw),
+                LoadSpec(
+                    "agent" + suffix, gw.base_url, {**CHAT_BODY, "model": AGENT}, [CHAT_PATH], gw
+                ),
+                session_spec("session-sqlite" + suffix, sq, SESSIONS),
+            ]
+            pg = _start_postgres_gateway(stack, result, tree)
+            if pg is not None:
+                create_agent(pg.base_url)
+                specs.append(session_spec("session-postgres" + suffix, pg, SESSIONS))
+            groups.append(specs)
+        # Each target next to its twin from the baseline tree: echo, chat, chat-old, agent, …
+        specs = [s for group in zip_longest_flat(groups) for s in group]
         lat = alternate(specs, opts.generator, 1, opts.dur(2.0), opts.rounds)
         thr = alternate(specs, opts.generator, opts.connections, opts.dur(), opts.rounds, 0)
     t = {k: summarize(v) for k, v in thr.items()}
     la = {k: summarize(v) for k, v in lat.items()}
     result.rows = [_row(s.name, t[s.name], la[s.name], t["echo"], la["echo"]) for s in specs]
     result.goals = _goals(result.rows)
+    result.sidebyside = compare(result.rows, "target", COMPARED)
     if any(r.get("stalled") for r in result.rows):
         result.notes.append(
             "stalled cN: at N connections not one request completed within a run (the later "
@@ -160,7 +187,7 @@ def run(opts: BenchOptions) -> BenchResult:
         f"wrk/aiohttp generator: {opts.generator}; {opts.rounds} alternating rounds of "
         f"{opts.dur():.0f} s at {opts.connections} connections and {opts.dur(2.0):.0f} s at 1."
     )
-    if not opts.quick:
+    if not opts.quick and opts.baseline is None:  # a side-by-side run keeps the plain plots
         names = [r["target"] for r in result.rows]
         result.plots.append(
             plots.bars("gateway-rps", names, [r["rps"] for r in result.rows],
@@ -173,12 +200,23 @@ def run(opts: BenchOptions) -> BenchResult:
     return result
 
 
+def zip_longest_flat(groups: list[list[LoadSpec]]) -> list[list[LoadSpec]]:
+    """The first group, then the i-th spec of every other group side by side, for each i:
+    [[echo], [chat, chat-old], [agent, agent-old], …] (a missing twin is left out)."""
+    first, rest = groups[0], groups[1:]
+    longest = max((len(g) for g in rest), default=0)
+    return [first] + [[g[i] for g in rest if i < len(g)] for i in range(longest)]
+
+
 def _start_postgres_gateway(
-    stack: contextlib.ExitStack, result: BenchResult
+    stack: contextlib.ExitStack, result: BenchResult, tree: Path | None = None
 ) -> ServerProcess | None:
+    """A gateway on a fresh PostgreSQL bench database (the baseline's: its own database,
+    migrated by its own tree), or None with a note when PostgreSQL is not reachable."""
     try:
-        url = reset_postgres_db()
+        url = reset_postgres_db(pg_db_name(PG_BENCH_DB, tree), tree)
     except Skip as exc:
         result.notes.append(f"session path on PostgreSQL skipped: {exc}")
         return None
-    return stack.enter_context(gateway_server("gw-postgres", SCRIPTED, url, **GATEWAY_ENV))
+    name = "gw-postgres" + ("" if tree is None else OLD)
+    return stack.enter_context(gateway_server(name, SCRIPTED, url, tree=tree, **GATEWAY_ENV))

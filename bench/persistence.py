@@ -7,26 +7,35 @@ Per database (SQLite, PostgreSQL), one gateway with a scripted agent:
 - history length: sessions pre-filled (``PUT /v1/sessions/{id}/memory``) with 10, 100 and 1,000
   messages, one timed turn at a time, the lengths interleaved; the 1,000/10 ratio must stay near 1
   (append-only memory: a turn writes its new messages, never the whole history).
+
+With ``--baseline DIR`` that tree's gateway runs next to this one on each database (its own
+PostgreSQL database, migrated by its own tree), every run and history turn alternating.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from bench import plots
 from bench.common import (
     HOST,
+    OLD,
+    PG_BENCH_DB,
     BenchOptions,
     BenchResult,
     Goal,
     ServerProcess,
     Skip,
+    compare_row,
     gateway_server,
     http_json,
     pct,
+    pg_db_name,
     reset_postgres_db,
 )
 from bench.gateway import AGENT, CHAT_BODY, GATEWAY_ENV, SCRIPTED, create_agent, session_spec
@@ -62,52 +71,77 @@ def timed_turn(conn: http.client.HTTPConnection, session_id: str) -> float:
     return elapsed
 
 
-def history_turns(gw: ServerProcess, sessions: int, turns: int) -> dict[int, list[float]]:
-    """Turn times (ms) per history length, lengths interleaved turn by turn."""
-    ids: dict[int, list[str]] = {}
-    for n in HISTORY:
-        ids[n] = []
-        for _ in range(sessions):
-            sid = str(http_json("POST", f"{gw.base_url}/v1/sessions", {"agent": AGENT})["id"])
-            http_json("PUT", f"{gw.base_url}/v1/sessions/{sid}/memory", history(n))
-            ids[n].append(sid)
-    times: dict[int, list[float]] = {n: [] for n in HISTORY}
-    conn = http.client.HTTPConnection(HOST, gw.port, timeout=60)
+def history_turns(
+    gateways: dict[str, ServerProcess], sessions: int, turns: int
+) -> dict[str, dict[int, list[float]]]:
+    """Turn times (ms) per gateway and history length; lengths and gateways interleaved turn
+    by turn (with a baseline: this tree's turn, then the baseline's, at each step)."""
+    ids: dict[str, dict[int, list[str]]] = {}
+    for key, gw in gateways.items():
+        ids[key] = {}
+        for n in HISTORY:
+            ids[key][n] = []
+            for _ in range(sessions):
+                sid = str(http_json("POST", f"{gw.base_url}/v1/sessions", {"agent": AGENT})["id"])
+                http_json("PUT", f"{gw.base_url}/v1/sessions/{sid}/memory", history(n))
+                ids[key][n].append(sid)
+    times: dict[str, dict[int, list[float]]] = {k: {n: [] for n in HISTORY} for k in gateways}
+    conns = {k: http.client.HTTPConnection(HOST, gw.port, timeout=60) for k, gw in gateways.items()}
     try:
-        for n in HISTORY:  # warm-up: one turn per length, not counted
-            timed_turn(conn, ids[n][0])
+        for key, conn in conns.items():  # warm-up: one turn per length, not counted
+            for n in HISTORY:
+                timed_turn(conn, ids[key][n][0])
         for _ in range(turns):
             for i in range(sessions):
                 for n in HISTORY:
-                    times[n].append(timed_turn(conn, ids[n][i]))
+                    for key, conn in conns.items():
+                        times[key][n].append(timed_turn(conn, ids[key][n][i]))
     finally:
-        conn.close()
+        for conn in conns.values():
+            conn.close()
     return times
 
 
-def measure(db: str, gw: ServerProcess, opts: BenchOptions) -> list[dict[str, Any]]:
-    """Both experiments on one gateway; rows for the table."""
-    create_agent(gw.base_url)
+def measure(
+    db: str, gateways: dict[str, ServerProcess], opts: BenchOptions
+) -> list[dict[str, Any]]:
+    """Both experiments on each gateway (``""``: this tree's, ``"-old"``: the baseline's),
+    alternating between them; rows for the table (the baseline's ``db`` is ``<db>-old``)."""
     agent_body = {**CHAT_BODY, "model": AGENT}
-    specs = [
-        LoadSpec(f"stateless-{db}", gw.base_url, agent_body, ["/v1/chat/completions"], gw),
-        session_spec(f"session-{db}", gw, PER_TURN_SESSIONS),
-    ]
-    runs = alternate(specs, opts.generator, 1, opts.dur(), opts.rounds)
-    base, sess = summarize(runs[specs[0].name]), summarize(runs[specs[1].name])
+    stateless, session = [], []
+    for key, gw in gateways.items():
+        create_agent(gw.base_url)
+        path = ["/v1/chat/completions"]
+        stateless.append(LoadSpec(f"stateless-{db}{key}", gw.base_url, agent_body, path, gw))
+        session.append(session_spec(f"session-{db}{key}", gw, PER_TURN_SESSIONS))
+    runs = alternate(stateless + session, opts.generator, 1, opts.dur(), opts.rounds)
     sessions, turns = (2, 1) if opts.quick else (6, 3)
-    times = history_turns(gw, sessions, turns)
-    figures = [
-        ("stateless agent turn p50 (ms)", base.p50_ms),
-        ("session turn p50 (ms)", sess.p50_ms),
-        ("per-turn cost p50 (ms)", sess.p50_ms - base.p50_ms),
+    times = history_turns(gateways, sessions, turns)
+    rows = []
+    for key, base_spec, sess_spec in zip(gateways, stateless, session, strict=True):
+        base, sess = summarize(runs[base_spec.name]), summarize(runs[sess_spec.name])
+        figures = [
+            ("stateless agent turn p50 (ms)", base.p50_ms),
+            ("session turn p50 (ms)", sess.p50_ms),
+            ("per-turn cost p50 (ms)", sess.p50_ms - base.p50_ms),
+        ]
+        for n in HISTORY:
+            figures.append((f"turn p50 at {n} msgs (ms)", pct(times[key][n], 50)))
+            figures.append((f"turn p99 at {n} msgs (ms)", pct(times[key][n], 99)))
+        ratio = pct(times[key][HISTORY[-1]], 50) / pct(times[key][HISTORY[0]], 50)
+        figures.append((f"turn p50 {HISTORY[-1]}/{HISTORY[0]} msgs", ratio))
+        rows += [{"db": db + key, "measure": m, "value": round(v, 3)} for m, v in figures]
+    return rows
+
+
+def sidebyside(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each measure of this tree's gateway against the baseline's: new, old, new/old."""
+    old = {(r["db"], r["measure"]): r["value"] for r in rows}
+    return [
+        compare_row(r["db"], r["measure"], r["value"], old[(r["db"] + OLD, r["measure"])])
+        for r in rows
+        if (r["db"] + OLD, r["measure"]) in old
     ]
-    for n in HISTORY:
-        figures.append((f"turn p50 at {n} msgs (ms)", pct(times[n], 50)))
-        figures.append((f"turn p99 at {n} msgs (ms)", pct(times[n], 99)))
-    ratio = pct(times[HISTORY[-1]], 50) / pct(times[HISTORY[0]], 50)
-    figures.append((f"turn p50 {HISTORY[-1]}/{HISTORY[0]} msgs", ratio))
-    return [{"db": db, "measure": m, "value": round(v, 3)} for m, v in figures]
 
 
 def _value(rows: list[dict[str, Any]], db: str, prefix: str) -> float | None:
@@ -138,23 +172,41 @@ def _goals(rows: list[dict[str, Any]]) -> list[Goal]:
 def run(opts: BenchOptions) -> BenchResult:
     """SQLite first, then PostgreSQL (skipped with a note when it is not reachable)."""
     result = BenchResult(NAME)
-    with gateway_server("gw-sqlite", SCRIPTED, **GATEWAY_ENV) as gw:
-        result.rows += measure("sqlite", gw, opts)
-    url = None
+    trees: list[tuple[str, Path | None]] = [("", None)]
+    if opts.baseline is not None:
+        trees.append((OLD, opts.baseline))
+    with contextlib.ExitStack() as stack:
+        gws = {
+            key: stack.enter_context(
+                gateway_server("gw-sqlite" + key, SCRIPTED, None, tree=tree, **GATEWAY_ENV)
+            )
+            for key, tree in trees
+        }
+        result.rows += measure("sqlite", gws, opts)
     try:
-        url = reset_postgres_db()
+        urls = {key: reset_postgres_db(pg_db_name(PG_BENCH_DB, tree), tree) for key, tree in trees}
     except Skip as exc:
+        urls = {}
         result.notes.append(f"PostgreSQL skipped: {exc}")
-    if url:
-        with gateway_server("gw-postgres", SCRIPTED, url, **GATEWAY_ENV) as gw:
-            result.rows += measure("postgres", gw, opts)
+    if urls:
+        with contextlib.ExitStack() as stack:
+            gws = {
+                key: stack.enter_context(
+                    gateway_server(
+                        "gw-postgres" + key, SCRIPTED, urls[key], tree=tree, **GATEWAY_ENV
+                    )
+                )
+                for key, tree in trees
+            }
+            result.rows += measure("postgres", gws, opts)
     result.goals = _goals(result.rows)
+    result.sidebyside = sidebyside(result.rows)
     result.notes.append(
         "Per-turn cost = session turn p50 − stateless agent turn p50, one connection, "
         f"alternating runs, turns spread over {PER_TURN_SESSIONS} sessions (short histories); "
         "history turns: 6 sessions per length × 3 turns, lengths interleaved."
     )
-    if not opts.quick:
+    if not opts.quick and opts.baseline is None:  # a side-by-side run keeps the plain plots
         series = {}
         for db in ("sqlite", "postgres"):
             ys = [_value(result.rows, db, f"turn p50 at {n} msgs") for n in HISTORY]

@@ -3,7 +3,8 @@
 All three sit in front of the same mock OpenAI upstream (bench/baselines/mock_openai.py) and
 get the same request from the same generator, alternating: ``forwarder`` (FastAPI + aiohttp,
 the floor for one hop), ``gateway`` (``openai`` backend, raw model) and ``litellm`` (its proxy,
-from bench/.venv-litellm; skipped with a note when that venv is missing).
+from bench/.venv-litellm; skipped with a note when that venv is missing). With ``--baseline
+DIR``, ``gateway-old`` (that tree's gateway) runs right after ``gateway`` in every round.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from bench import plots
 from bench.common import (
     BENCH_DIR,
     HOST,
+    OLD,
     BenchOptions,
     BenchResult,
     Goal,
     ServerProcess,
     Skip,
+    compare,
     free_port,
     gateway_server,
     uvicorn_server,
@@ -100,12 +103,16 @@ def run(opts: BenchOptions) -> BenchResult:
         )
         specs = [LoadSpec("forwarder", fwd.base_url, BODY, [PATH], fwd)]
         gw_env = {**GATEWAY_ENV, "BENCH_MOCK_KEY": "sk-bench"}
-        try:
-            gw = gateway_server("gw-proxy", mock_model(mock.base_url), **gw_env)
-            stack.enter_context(gw)
-            specs.append(LoadSpec("gateway", gw.base_url, BODY, [PATH], gw))
-        except Skip as exc:
-            result.notes.append(f"gateway skipped: {exc}")
+        trees = [("", None)] if opts.baseline is None else [("", None), (OLD, opts.baseline)]
+        for suffix, tree in trees:
+            try:
+                gw = gateway_server(
+                    "gw-proxy" + suffix, mock_model(mock.base_url), None, tree=tree, **gw_env
+                )
+                stack.enter_context(gw)
+                specs.append(LoadSpec("gateway" + suffix, gw.base_url, BODY, [PATH], gw))
+            except Skip as exc:
+                result.notes.append(f"gateway{suffix} skipped: {exc}")
         lite = litellm_server(mock.base_url)
         if lite is None:
             result.notes.append(f"LiteLLM skipped: {LITELLM_BIN} missing (see bench/README.md).")
@@ -136,13 +143,15 @@ def run(opts: BenchOptions) -> BenchResult:
             }
         )
     result.goals.append(_goal(t["gateway"].rps / base if "gateway" in t else None))
+    compared = ["vs_forwarder", "rps", "cpu_us_per_req", "p50_ms_c1"]
+    result.sidebyside = compare(result.rows, "target", compared)
     if "litellm" in t and "gateway" in t:
         result.notes.append(
             f"gateway / LiteLLM throughput: {t['gateway'].rps / t['litellm'].rps:.1f}×"
         )
     if any(r["errors"] for r in result.rows):
         result.notes.append("Some targets answered non-2xx (errors column): figures are suspect.")
-    if not opts.quick:
+    if not opts.quick and opts.baseline is None:  # a side-by-side run keeps the plain plots
         names = [r["target"] for r in result.rows]
         result.plots.append(
             plots.bars("proxy-rps", names, [r["rps"] for r in result.rows],

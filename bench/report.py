@@ -61,31 +61,49 @@ def render(result: BenchResult) -> str:
         return "\n".join([*out, f"Skipped: {result.skipped}", ""])
     out += [f"({result.elapsed_s:.0f} s)", "", markdown_table(result.rows), ""]
     out += [f"- {note}" for note in result.notes]
+    if result.sidebyside:
+        out += ["", "Side by side, this tree (new) and the baseline (old), same rounds:", ""]
+        out += [markdown_table(result.sidebyside)]
     if result.output:
         out += ["", "```", result.output.rstrip(), "```"]
     out += [f"\n![{result.name}](results/{plot})" for plot in result.plots]
     return "\n".join([*out, ""])
 
 
-def write_json(result: BenchResult) -> None:
-    """bench/results/<name>.json (written atomically)."""
+def write_json(result: BenchResult, suffix: str = "") -> None:
+    """bench/results/<name><suffix>.json (written atomically); a side-by-side run's suffix
+    is ``-sidebyside``, so the plain run's file (and the README block built from it) stays."""
     RESULTS_DIR.mkdir(exist_ok=True)
-    tmp = RESULTS_DIR / f"{result.name}.json.tmp"
+    tmp = RESULTS_DIR / f"{result.name}{suffix}.json.tmp"
     tmp.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
-    tmp.replace(RESULTS_DIR / f"{result.name}.json")
+    tmp.replace(RESULTS_DIR / f"{result.name}{suffix}.json")
 
 
-def load_previous() -> dict[str, BenchResult]:
-    """Results of earlier runs, so a partial run keeps the other benchmarks' tables."""
+def load_previous(names: Sequence[str] | None = None) -> dict[str, BenchResult]:
+    """Results of earlier plain runs (``names``: only those benchmarks), so a partial run
+    keeps the other benchmarks' tables. Side-by-side files and files of scripts with their
+    own format (engine_sessions.json) are not results of this harness and are left out."""
     out: dict[str, BenchResult] = {}
     for path in sorted(RESULTS_DIR.glob("*.json")):
+        if path.stem.endswith("-sidebyside") or (names is not None and path.stem not in names):
+            continue
         data = json.loads(path.read_text())
         fields = BenchResult.__dataclass_fields__
         kept = {k: v for k, v in data.items() if k in fields}
-        res = BenchResult(**kept)
-        res.goals = [Goal(**g) for g in data.get("goals", [])]
+        try:
+            res = BenchResult(**kept)
+            res.goals = [Goal(**g) for g in data.get("goals", [])]
+        except TypeError:  # another format (a script's own JSON)
+            continue
         out[res.name] = res
     return out
+
+
+def sidebyside_table(results: Sequence[BenchResult]) -> str:
+    """Every benchmark's side-by-side rows in one table: benchmark, what, figure, new, old,
+    new/old (what ``python -m bench --baseline DIR`` prints at the end)."""
+    rows = [{"benchmark": r.name, **row} for r in results for row in r.sidebyside]
+    return markdown_table(rows)
 
 
 def update_readme(results: Sequence[BenchResult], command: str) -> None:

@@ -2,7 +2,9 @@
 
 ``python -m bench sandbox`` (or ``python -m bench.sandbox``) prints a table and writes
 bench/results/sandbox.json. Runs at the best level the machine offers (L3 as root with
-bubblewrap); the level is in the results.
+bubblewrap); the level is in the results. With ``--baseline DIR`` each round runs this
+measurement twice in fresh processes, one with this tree's ``agents`` and one with that
+tree's (``bench.common.run_in_tree``), alternating; rows are medians over the rounds.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from agents.actions.base import current_session_id
 from agents.actions.ipython import AsyncIPythonInteractive
 from agents.sandbox import KernelPool, SandboxConfig
 from bench import report
-from bench.common import BenchOptions, BenchResult, Goal
+from bench.common import BenchOptions, BenchResult, Goal, compare_row, run_in_tree
 
 NAME = "sandbox"
 GOAL_MEDIAN_MS = 10.0
@@ -148,7 +150,41 @@ async def measure(opts: BenchOptions) -> BenchResult:
 
 def run(opts: BenchOptions) -> BenchResult:
     """Entry point for ``python -m bench``."""
+    if opts.baseline is not None:
+        return side_by_side(opts, opts.baseline)
     return asyncio.run(measure(opts))
+
+
+def side_by_side(opts: BenchOptions, baseline: Path) -> BenchResult:
+    """This tree's kernels and the baseline's, each round in two fresh processes (new, old);
+    per row the median over rounds of median, p99 and min."""
+    runs: dict[str, list[BenchResult]] = {"new": [], "old": []}
+    for _ in range(opts.rounds):
+        runs["new"].append(run_in_tree(NAME, opts, None))
+        runs["old"].append(run_in_tree(NAME, opts, baseline))
+    result = BenchResult(NAME, goals=runs["new"][-1].goals, notes=runs["new"][-1].notes)
+    merged: dict[str, list[dict[str, Any]]] = {}
+    for tree, results in runs.items():
+        merged[tree] = []
+        for i, row in enumerate(results[0].rows):
+            row = dict(row)
+            for fig in ("median_ms", "p99_ms", "min_ms"):
+                values = [r.rows[i][fig] for r in results if fig in r.rows[i]]
+                if values:
+                    row[fig] = round(statistics.median(values), 2)
+            merged[tree].append({"tree": tree, **row})
+        result.rows += merged[tree]
+    for new, old in zip(merged["new"], merged["old"], strict=True):
+        result.sidebyside.append(
+            compare_row(new["what"], "median_ms", new["median_ms"], old["median_ms"])
+        )
+    median = float(merged["new"][0]["median_ms"])
+    result.goals = [
+        Goal("sandbox cell round trip (median)", f"≤ {GOAL_MEDIAN_MS:g} ms", f"{median} ms",
+             median <= GOAL_MEDIAN_MS, f"{GOAL_MEDIAN_MS - median:+.1f} ms")
+    ]  # fmt: skip
+    result.notes.append(f"median over {opts.rounds} rounds of new, old in fresh processes")
+    return result
 
 
 def main() -> None:

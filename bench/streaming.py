@@ -12,11 +12,15 @@ is the largest passing level.
 The client runs on uvloop with the garbage collector frozen during a level (a collection over
 its per-read timestamps would pause it and be measured as the server's gap); its CPU share is
 reported next to the server's so a level limited by the client shows as such.
+
+With ``--baseline DIR`` that tree's gateway (``gateway-old``) runs each level right after
+this tree's; the side-by-side rows compare the largest passing level and each level's figures.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import itertools
 import time
@@ -27,10 +31,12 @@ import uvloop
 from bench import plots
 from bench.common import (
     HOST,
+    OLD,
     BenchOptions,
     BenchResult,
     Goal,
     ServerProcess,
+    compare_row,
     gateway_server,
     pct,
     uvicorn_server,
@@ -118,6 +124,24 @@ async def run_level(target: str, server: ServerProcess, streams: int, words: int
     }
 
 
+def sidebyside(rows: list[dict[str, Any]], best: dict[str, int]) -> list[dict[str, Any]]:
+    """Largest passing level (and its ratio to the bare FastAPI's), then per level both
+    gateways' gap p99, server CPU per event and TTFT p50: new, old, new/old."""
+    new, old = best["gateway"], best["gateway" + OLD]
+    out = [compare_row("largest passing level", "streams", new, old)]
+    if best["echo"]:
+        out.append(
+            compare_row("largest passing level", "vs echo", new / best["echo"], old / best["echo"])
+        )
+    at = {(r["target"], r["streams"]): r for r in rows}
+    for (target, level), row in at.items():
+        twin = at.get((target + OLD, level))
+        if target == "gateway" and twin is not None:
+            for fig in ("gap_p99_ms", "server_us_per_event", "ttft_p50_ms"):
+                out.append(compare_row(f"{level} streams", fig, row[fig], twin[fig]))
+    return out
+
+
 def run(opts: BenchOptions) -> BenchResult:
     """Raise the number of concurrent streams until the p99 gap passes 2× nominal."""
     result = BenchResult(NAME)
@@ -127,13 +151,19 @@ def run(opts: BenchOptions) -> BenchResult:
     best = {"echo": 0, "gateway": 0}
     failed: set[str] = set()
     env = {"BENCH_CHUNK_DELAY_S": str(DELAY_S)}
-    with (
-        uvicorn_server("echo", "bench.baselines.echo:app", env=env) as echo,
-        gateway_server("gw-stream", STREAM_MODEL, **GATEWAY_ENV) as gw,
-    ):
+    with contextlib.ExitStack() as stack:
+        echo = stack.enter_context(uvicorn_server("echo", "bench.baselines.echo:app", env=env))
+        gw = stack.enter_context(gateway_server("gw-stream", STREAM_MODEL, **GATEWAY_ENV))
+        targets = [("echo", echo), ("gateway", gw)]
+        if opts.baseline is not None:
+            old = gateway_server(
+                "gw-stream" + OLD, STREAM_MODEL, None, tree=opts.baseline, **GATEWAY_ENV
+            )
+            targets.append(("gateway" + OLD, stack.enter_context(old)))
+            best["gateway" + OLD] = 0
         for level in levels:
-            # Alternate: the bare FastAPI floor, then the gateway, at the same level.
-            for target, server in (("echo", echo), ("gateway", gw)):
+            # Alternate: the bare FastAPI floor, then the gateway(s), at the same level.
+            for target, server in targets:
                 if target in failed:
                     continue
                 row = measure_level(target, server, level, words)
@@ -147,7 +177,7 @@ def run(opts: BenchOptions) -> BenchResult:
                     best[target] = level
                 else:
                     failed.add(target)
-            if failed == {"echo", "gateway"}:
+            if failed == set(best):
                 break
     result.notes.append(
         f"Nominal gap {DELAY_S * 1e3:.0f} ms (20 tokens/s); limit p99 ≤ {limit_ms:.0f} ms; "
@@ -158,9 +188,12 @@ def run(opts: BenchOptions) -> BenchResult:
     )
     if any(r["completed"] < r["streams"] for r in result.rows):
         result.notes.append("Some streams did not complete with [DONE] (completed column).")
+    old_level = f", baseline gateway {best['gateway' + OLD]}" if "gateway" + OLD in best else ""
     result.notes.append(
-        f"Largest passing level: gateway {best['gateway']}, bare FastAPI {best['echo']}."
+        f"Largest passing level: gateway {best['gateway']}, bare FastAPI {best['echo']}{old_level}."
     )
+    if opts.baseline is not None:
+        result.sidebyside = sidebyside(result.rows, best)
     met = best["gateway"] >= GOAL_STREAMS
     result.goals.append(
         Goal(
@@ -171,7 +204,7 @@ def run(opts: BenchOptions) -> BenchResult:
             f"{best['gateway'] - GOAL_STREAMS:+d} streams",
         )
     )
-    if not opts.quick:
+    if not opts.quick and opts.baseline is None:  # a side-by-side run keeps the plain plots
         series = {}
         for target in ("echo", "gateway"):
             rows = [r for r in result.rows if r["target"] == target]
