@@ -1,11 +1,12 @@
-"""Server CPU per persisted agent turn: JSON against SSE-streamed ``POST /v1/sessions/{id}/messages``.
+"""Server CPU per persisted agent turn: JSON against SSE-streamed session messages.
 
-One gateway worker (``agentstation serve``) with an agent on the scripted model (it echoes the
-message: a few events per turn, no model time), SQLite and/or a fresh bench PostgreSQL database.
-``--turns`` turns at ``--concurrency`` at once, each on its own session (a session takes one turn
-at a time), over keep-alive aiohttp connections, in rounds alternating the modes (and, with
-``--baseline DIR``, another checkout's gateway, side by side). Reported per database, gateway and
-mode: the server process's CPU (user + system, /proc) per turn, median over the rounds.
+``POST /v1/sessions/{id}/messages`` on one gateway worker (``agentstation serve``), an agent on
+the scripted model (it echoes the message: a few events per turn, no model time), SQLite and/or
+a fresh bench PostgreSQL database. ``--turns`` turns at ``--concurrency`` at once, each on its own
+session (a session takes one turn at a time), over keep-alive aiohttp connections, in rounds
+alternating the modes (and, with ``--baseline DIR``, another checkout's gateway, side by side).
+Reported per database, gateway and mode: the server process's CPU (user + system, /proc) per
+turn, median over the rounds.
 
 Run: ``python -m bench.turn_cpu [--db sqlite postgres] [--turns 320] [--concurrency 32]
 [--rounds 3] [--baseline DIR]`` (prints one JSON row per database, gateway and mode).
