@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from sse_starlette.sse import AppStatus
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from agents.llms.openai_client import APIConnectionError
@@ -77,7 +77,7 @@ def data_frame(obj: dict[str, Any]) -> bytes:
     return b"data: " + encoded(obj) + b"\n\n"
 
 
-async def chunk_stream(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+async def chunk_stream(chunks: AsyncIterator[dict[str, Any]]) -> EventStreamResponse:
     """An OpenAI chat-completion stream: ``data:`` frames then ``[DONE]``; an error before the
     first chunk is an HTTP error, after it an ``error`` frame."""
     try:
@@ -85,7 +85,7 @@ async def chunk_stream(chunks: AsyncIterator[dict[str, Any]]) -> StreamingRespon
     except StopAsyncIteration:
         first = None
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncGenerator[bytes, None]:
         try:
             if first is not None:
                 yield data_frame(first)
@@ -95,9 +95,8 @@ async def chunk_stream(chunks: AsyncIterator[dict[str, Any]]) -> StreamingRespon
             yield data_frame({"error": _stream_error(exc)})
         yield DONE
 
-    return StreamingResponse(
-        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-    )
+    # No pings; it ends with its answer at shutdown (the server's graceful timeout).
+    return EventStreamResponse(body(), 0, {"Cache-Control": "no-cache"}, end_at_shutdown=False)
 
 
 def _stream_error(exc: Exception) -> dict[str, Any]:
@@ -153,7 +152,15 @@ def run_event_response(
         if retry is not None:  # nothing was sent: still tell the client how long to wait
             yield frame(comment="end", retry=retry)
 
-    return EventStreamResponse(events(), settings.sse_ping_s, headers)
+    return EventStreamResponse(events(), settings.sse_ping_s, sse_headers(headers))
+
+
+def sse_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
+    """A run event stream's headers (those sse_starlette's EventSourceResponse sent)."""
+    fields = dict(headers or {})
+    fields.setdefault("Cache-Control", "no-store")
+    fields |= {"Connection": "keep-alive", "X-Accel-Buffering": "no"}
+    return fields
 
 
 PING = frame(comment="ping")
@@ -163,14 +170,16 @@ SHUTDOWN_POLL_S = 0.5
 
 class EventStreamResponse(Response):
     """An event stream: the frames of an async iterator, a ``: ping`` comment when it has been
-    idle for ``ping_s`` (0: never), and its end when the client disconnects or the server
-    shuts down (the iterator is closed where it waits: its ``finally`` runs).
+    idle for ``ping_s`` (0: never), and its end when the client disconnects or (with
+    ``end_at_shutdown``) the server shuts down: the iterator is closed where it waits, its
+    ``finally`` runs.
 
     Lean on purpose (issue 13: the SSE response was ~25 % of a streamed turn's event loop
     time): the frames are sent from the request's own task; per response there is one task
     (waiting for ``http.disconnect``) and one timer (the ping), no task group. A disconnect or
     shutdown expires an ``asyncio.timeout`` around the stream, which cancels the task where it
-    waits. Headers are those of ``sse_starlette.EventSourceResponse``, which this replaces."""
+    waits. It replaces sse_starlette's EventSourceResponse (run events, ``sse_headers``) and
+    Starlette's StreamingResponse (OpenAI chunks), each a task group of 2–4 tasks."""
 
     media_type = "text/event-stream"
 
@@ -179,13 +188,12 @@ class EventStreamResponse(Response):
         frames: AsyncGenerator[bytes, None],
         ping_s: float,
         headers: dict[str, str] | None = None,
+        *,
+        end_at_shutdown: bool = True,
     ) -> None:
-        self.frames, self.ping_s = frames, ping_s
+        self.frames, self.ping_s, self.end_at_shutdown = frames, ping_s, end_at_shutdown
         self.status_code, self.background = 200, None
-        fields = dict(headers or {})
-        fields.setdefault("Cache-Control", "no-store")
-        fields |= {"Connection": "keep-alive", "X-Accel-Buffering": "no"}
-        self.init_headers(fields)  # + Content-Type: text/event-stream; charset=utf-8
+        self.init_headers(headers)  # + Content-Type: text/event-stream; charset=utf-8
         self._deadline: asyncio.Timeout | None = None  # expired: the stream ends
         self._shutdown = False
         self._last = 0.0  # loop time of the last frame sent
@@ -200,7 +208,7 @@ class EventStreamResponse(Response):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         loop = asyncio.get_running_loop()
-        streams = _open_streams(loop)
+        streams = _open_streams(loop) if self.end_at_shutdown else set()
         try:
             async with asyncio.timeout(None) as deadline:
                 self._deadline, self._send = deadline, send
@@ -267,13 +275,16 @@ class EventStreamResponse(Response):
 _STREAMS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[EventStreamResponse]] = (
     weakref.WeakKeyDictionary()
 )
+_WATCHERS: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
 
 
 def _open_streams(loop: asyncio.AbstractEventLoop) -> set[EventStreamResponse]:
     streams = _STREAMS.get(loop)
     if streams is None:
         streams = _STREAMS[loop] = set()
-        loop.create_task(_watch_shutdown(loop, streams))
+        watcher = loop.create_task(_watch_shutdown(loop, streams))
+        _WATCHERS.add(watcher)
+        watcher.add_done_callback(_WATCHERS.discard)
     return streams
 
 

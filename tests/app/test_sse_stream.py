@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sse_starlette.sse import AppStatus
 
-from app.api.sse import PING, EventStreamResponse, frame
+from app.api.sse import DONE, PING, EventStreamResponse, chunk_stream, frame, sse_headers
 from app.settings import Settings
 from tests.app.conftest import KEY_A, make_agent, make_session
 from tests.app.live import live_server
@@ -48,7 +48,7 @@ async def test_headers_are_those_of_an_event_stream() -> None:
     async def frames() -> AsyncGenerator[bytes]:
         yield frame(b"{}", event="x", id=1)
 
-    response = EventStreamResponse(frames(), 15.0, {"Content-Location": "/v1/runs/r"})
+    response = EventStreamResponse(frames(), 15.0, sse_headers({"Content-Location": "/v1/runs/r"}))
     assert response.raw_headers == [
         (b"content-location", b"/v1/runs/r"),
         (b"cache-control", b"no-store"),
@@ -151,3 +151,25 @@ async def test_shutdown_ends_a_live_stream_and_cancels_its_run(
                     break
                 await asyncio.sleep(0.05)
     assert run["status"] == "cancelled" and run["stop_reason"] == "client_disconnected"
+
+
+async def test_a_chat_chunk_stream_outlives_the_shutdown_signal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OpenAI chunk streams end with their answer (as Starlette's StreamingResponse did), within
+    the server's graceful timeout; only run event streams end at the signal."""
+
+    async def chunks() -> AsyncGenerator[dict[str, Any]]:
+        yield {"n": 1}
+        await asyncio.sleep(0.8)  # past a shutdown poll
+        yield {"n": 2}
+
+    response = await chunk_stream(chunks())
+    assert response.raw_headers == [
+        (b"cache-control", b"no-cache"),
+        (b"content-type", b"text/event-stream; charset=utf-8"),
+    ]
+    client = Client()
+    monkeypatch.setattr(AppStatus, "should_exit", True)
+    await asyncio.wait_for(response(SCOPE, client.receive, client.send), 3.0)
+    assert client.body == [b'data: {"n":1}\n\n', b'data: {"n":2}\n\n', DONE, b""]
