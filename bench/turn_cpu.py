@@ -6,7 +6,9 @@ a fresh bench PostgreSQL database. ``--turns`` turns at ``--concurrency`` at onc
 session (a session takes one turn at a time), over keep-alive aiohttp connections, in rounds
 alternating the modes (and, with ``--baseline DIR``, another checkout's gateway, side by side).
 Reported per database, gateway and mode: the server process's CPU (user + system, /proc) per
-turn, median over the rounds.
+turn, median over the rounds. ``chat_json``/``chat_stream``: the same through
+``/v1/chat/completions`` to the scripted model itself (stateless, no run: the OpenAI chunk
+stream's cost).
 
 Run: ``python -m bench.turn_cpu [--db sqlite postgres] [--turns 320] [--concurrency 32]
 [--rounds 3] [--baseline DIR]`` (prints one JSON row per database, gateway and mode).
@@ -28,7 +30,8 @@ from bench.common import ServerProcess, gateway_server, http_json, reset_postgre
 from bench.gateway import GATEWAY_ENV, SCRIPTED
 
 AGENT_SPEC = {"kind": "agent", "model": "scripted"}
-MODES = ("json", "stream")
+MODES = ("json", "stream", "chat_json", "chat_stream")
+CHAT = {"model": "scripted", "messages": [{"role": "user", "content": "hello world"}]}
 
 
 def turn_gateway(db: str, tree: Path | None) -> ServerProcess:
@@ -48,21 +51,27 @@ def turn_gateway(db: str, tree: Path | None) -> ServerProcess:
     return server
 
 
-async def turns(server: ServerProcess, sessions: list[str], n: int, stream: bool) -> float:
-    """``n`` turns, ``len(sessions)`` at once; the server's CPU ms per turn."""
-    body = {"message": "hello world", "stream": stream}
+async def turns(server: ServerProcess, sessions: list[str], n: int, mode: str) -> float:
+    """``n`` turns, ``len(sessions)`` at once; the server's CPU ms per turn. ``chat_*``: the
+    raw scripted model through ``/v1/chat/completions`` (stateless; an OpenAI chunk stream)."""
+    stream = mode.endswith("stream")
+    chat = mode.startswith("chat")
+    body: dict[str, Any] = dict(CHAT) if chat else {"message": "hello world"}
+    body["stream"] = stream
+    end = b"[DONE]" if chat else b"run.completed"
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
         queue.put_nowait(i)
     failures: list[str] = []
 
     async def worker(http: aiohttp.ClientSession, sid: str) -> None:
-        url = f"{server.base_url}/v1/sessions/{sid}/messages"
+        path = "/v1/chat/completions" if chat else f"/v1/sessions/{sid}/messages"
+        url = server.base_url + path
         while not queue.empty():
             queue.get_nowait()
             async with http.post(url, json=body) as resp:
                 raw = await resp.read()
-            if resp.status != 200 or (stream and b"run.completed" not in raw):
+            if resp.status != 200 or (stream and end not in raw):
                 failures.append(f"{resp.status}: {raw[-200:]!r}")
 
     connector = aiohttp.TCPConnector(limit=len(sessions))
@@ -97,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
                     for _ in range(args.concurrency)
                 ]
                 for mode in MODES:  # warm-up: imports, caches, connection pools
-                    asyncio.run(turns(gw, sessions[name], args.concurrency, mode == "stream"))
+                    asyncio.run(turns(gw, sessions[name], args.concurrency, mode))
             figures: dict[tuple[str, str], list[float]] = {}
             for _ in range(args.rounds):
                 for name, gw in gateways.items():
                     for mode in MODES:
-                        ms = asyncio.run(turns(gw, sessions[name], args.turns, mode == "stream"))
+                        ms = asyncio.run(turns(gw, sessions[name], args.turns, mode))
                         figures.setdefault((name, mode), []).append(ms)
             for (name, mode), values in figures.items():
                 row: dict[str, Any] = {
