@@ -246,8 +246,11 @@ class EventStreamResponse(Response):
         self._deadline.reschedule(-1.0)  # in the past: expires at once
 
     async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
+        try:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        except Exception:  # a receive that fails has no client behind it either
+            log.debug("receive failed during an event stream", exc_info=True)
         self.end()
 
     def _ping_due(self) -> None:
