@@ -42,13 +42,7 @@ def turn_gateway(db: str, tree: Path | None) -> ServerProcess:
         if db == "postgres"
         else None
     )
-    env = dict(GATEWAY_ENV)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
-    server = gateway_server(f"turn-cpu-{db}{suffix}", SCRIPTED, url, **env)
-    if tree is not None:
-        server.cwd = tree
-    return server
+    return gateway_server(f"turn-cpu-{db}{suffix}", SCRIPTED, url, tree=tree, **GATEWAY_ENV)
 
 
 async def turns(server: ServerProcess, sessions: list[str], n: int, mode: str) -> float:
