@@ -44,9 +44,12 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
 @router.post("", status_code=201)
-async def create_session(body: SessionCreate, db: DbDep, who: PrincipalDep) -> SessionPublic:
+async def create_session(
+    body: SessionCreate, db: DbDep, who: PrincipalDep, state: StateDep
+) -> SessionPublic:
     """Start a session with an agent."""
     row, agent = await service.create_session(db, who.tenant_id, body)
+    run_service.remember_created(state, db, row, agent)  # its first turn needs no lookup
     public = service.to_public(row, agent.name)
     public.usage = UsagePublic(prompt_tokens=0, completion_tokens=0, total_tokens=0)  # new
     return public

@@ -108,17 +108,20 @@ async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:
         started = await deps.store.start(
             job.run,
             job.spec.budget,
-            lambda rev: not memories or deps.memory.get(job.session_pk, rev) is None,
+            lambda rev: rev > 0 and (not memories or deps.memory.get(job.session_pk, rev) is None),
         )
         rev, figures, stored = started.rev, started.figures, started.memory
         cached = deps.memory.get(job.session_pk, rev) if memories else None
     else:
         cached = deps.memory.get(job.session_pk, rev) if memories else None
-        if cached is None or figures is None:
+        unread = cached is None and rev > 0
+        if unread or figures is None:
             stored, read = await deps.store.read(
-                job.run, job.spec.budget, memory=cached is None, figures=figures is None
+                job.run, job.spec.budget, memory=unread, figures=figures is None
             )
             figures = figures or read
+    if cached is None and stored is None and rev == 0:
+        stored = {}  # revision 0: nothing was ever stored (every write of messages bumps it)
     assert figures is not None
     job.tenant_limited = figures.tenant_limit is not None
     budget = figures.budget(usage)

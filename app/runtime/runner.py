@@ -4,22 +4,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, cast
-
-import sqlalchemy as sa
+from typing import Any
 
 from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
-from app.db.models import Message
-from app.db.models import Session as SessionRow
 from app.runtime.approvals import Resumption
 from app.runtime.events import RunChannel
 from app.runtime.messages import dump_message, jsonable
 from app.runtime.registry import ServableAgent
 from app.schemas.vocab import EventType
-
-SESSIONS = cast(sa.Table, SessionRow.__table__)  # Core statements: no ORM bookkeeping
-MESSAGES = cast(sa.Table, Message.__table__)
 
 # Chunks in these states are a message still being written; any other state completes one.
 GENERATING = frozenset({AgentStatusCode.STREAM_ING})

@@ -7,13 +7,16 @@ from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.event import listen
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.cache import TURN_SESSIONS, TTLCache
-from app.db.models import Run
+from app.db.models import Agent, Run
+from app.db.models import Session as SessionRow
 from app.errors import BadRequest, NotFound, Unavailable
 from app.runtime.admission import Submission
 from app.runtime.store import Found, SessionNotFound, TurnLease
+from app.runtime.store.base import pinned, session_copy
 from app.schemas.sessions import RunCreate
 from app.services.agent_directory import AgentInfo
 from app.services.agent_refs import pinned_spec
@@ -71,6 +74,23 @@ async def _look_up(
         state.tenant_usage.unlimited.put(tenant_id, True)
         cache.put(key, found)
     return found, False
+
+
+def remember_created(state: AppState, db: AsyncSession, row: SessionRow, agent: Agent) -> None:
+    """Keep what a turn reads of a session being created (as ``_look_up`` keeps it), once its
+    transaction commits: its first turn then needs no lookup either. Only for a tenant known
+    to have no budget and an agent without a session budget (else turns read them)."""
+    spec = pinned(agent.id, agent.version, agent.spec)
+    budget = spec.budget
+    if not state.tenant_usage.unlimited.get(row.tenant_id) or (
+        budget is not None and budget.max_total_tokens is not None
+    ):
+        return
+    found = Found(session_copy(row), agent.name, spec, None, 0)
+    key = (row.tenant_id, row.id)
+    listen(
+        db.sync_session, "after_commit", lambda _s: state.turn_sessions.put(key, found), once=True
+    )
 
 
 async def prepare_submission(

@@ -142,6 +142,30 @@ async def _count_a_turn(app: FastAPI, client: httpx.AsyncClient) -> None:
     assert not any(s.lstrip().startswith("SELECT runs.") for s in counter.statements)
 
 
+async def test_the_first_turn_of_a_new_session_reads_nothing(quiet_app: FastAPI) -> None:
+    # A session created here is kept for its turns (its tenant is known to have no budget),
+    # and a session whose memory revision is 0 has no messages to read: its first turn is
+    # the admission and the end (PostgreSQL), with no lookup and no read of its memory.
+    transport = httpx.ASGITransport(app=quiet_app)
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
+        await make_agent(c)
+        await turn(c, await make_session(c), "warm up")  # the tenant is known unlimited now
+        sid = await make_session(c)
+        await settle(quiet_app)
+        engine = engine_of(quiet_app)
+        with counting(engine) as counter:
+            reply = await turn(c, sid, "hello")
+            await settle(quiet_app)
+        statements, transactions = TURN_COST[engine.dialect.name]
+        assert len(counter.statements) <= statements, counter.statements
+        assert counter.transactions <= transactions
+        assert not any("FROM messages" in s for s in counter.statements)
+        assert not any("FROM sessions" in s and "JOIN agents" in s for s in counter.statements)
+        users = [m["content"] for m in await memory(c, sid) if m["sender"] == "user"]
+        assert users == ["hello"] and reply
+
+
 async def test_long_history_is_not_reloaded_and_only_new_messages_are_written(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:

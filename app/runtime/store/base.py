@@ -32,7 +32,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.db.base import utcnow
+from app.db.base import transient, utcnow
 from app.db.models import Message, Run, RunEvent
 from app.db.models import Session as SessionRow
 from app.errors import NotFound
@@ -69,6 +69,22 @@ def pinned(agent_id: str, version: int, raw_spec: dict[str, Any] | None) -> Agen
         if len(_SPECS) > _SPECS_MAX:
             _SPECS.popitem(last=False)
     return spec
+
+
+def session_copy(row: SessionRow) -> SessionRow:
+    """A transient copy of a session row's columns (kept beyond its database session)."""
+    return transient(
+        SessionRow,
+        pk=row.pk,
+        tenant_id=row.tenant_id,
+        id=row.id,
+        agent_id=row.agent_id,
+        agent_version=row.agent_version,
+        metadata_=row.metadata_,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        memory_rev=row.memory_rev or 0,
+    )
 
 
 @dataclass
