@@ -23,7 +23,7 @@ from app.errors import BadRequest, NotFound, Unavailable
 from app.models.encoded import EncodedJSON, dumps
 from app.schemas.common import NAME_PATTERN
 from app.schemas.openai import ChatCompletionRequest
-from app.services import chat, chat_approvals, raw_usage
+from app.services import chat, chat_approvals, chat_pieces, chat_sessions, raw_usage
 from app.services.agent_directory import AgentInfo
 from app.state import AppState
 
@@ -150,11 +150,11 @@ async def chat_completions(request: Request) -> Response:
                 state, who.tenant_id, agent, x_session_id, tools
             )
             hold = chat.holds_turns(agent.spec) or chat.wants_json(body)
-            pieces = chat.run_pieces(state, run_id, hold, body, after)
+            pieces = chat_sessions.run_pieces(state, run_id, hold, body, after)
         elif x_session_id:
             # The turn POST /v1/sessions/{id}/messages runs (one submission and admission
             # path; a whole answer runs in this request's task), its events as chat pieces.
-            pieces = await chat.session_pieces(
+            pieces = await chat_sessions.session_pieces(
                 state, who.tenant_id, agent, x_session_id, body, strategy
             )
         else:
@@ -171,14 +171,14 @@ async def chat_completions(request: Request) -> Response:
                 state, agent, body, who.tenant_id, budget, split, deltas=body.stream
             )
         if body.stream:
-            return await chunk_stream(chat.chunks(agent.name, pieces, include_usage))
-        final = chat.Piece()
+            return await chunk_stream(chat_pieces.chunks(agent.name, pieces, include_usage))
+        final = chat_pieces.Piece()
         async for piece in pieces:
             final = piece if piece.final else final
         # Compact JSON as JSONResponse writes it (same bytes and content type), by the encoder
         # built once rather than one json.dumps encoder per response; FastAPI would first walk
         # the plain dict with jsonable_encoder.
-        reply = chat.completion(
+        reply = chat_pieces.completion(
             agent.name, final.answer, final.usage, final.finish_reason, final.tool_calls
         )
         return Response(dumps(reply), media_type="application/json")

@@ -4,52 +4,28 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from agents.agent import BaseAgent
 from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
-from app.errors import BadRequest, Conflict, Unavailable
-from app.models.encoded import ChunkEncoder
+from app.errors import BadRequest, Unavailable
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import RunBudget, budget_scope
 from app.runtime.messages import dump_message
 from app.runtime.runner import turn_params
-from app.runtime.runs import Submission
-from app.runtime.store import TurnLease
-from app.schemas.agents import AgentSpec, GenParams
+from app.schemas.agents import AgentSpec
 from app.schemas.openai import ChatCompletionRequest, ChatMessage
-from app.schemas.sessions import RunCreate, SessionCreate
-from app.schemas.vocab import END_EVENT, EventType, RunStatus, ends_stream
 from app.services.agent_directory import AgentInfo
 from app.services.agent_refs import pinned_spec
-from app.services.runs import SessionNotFound, prepare_submission
-from app.services.sessions import create_session
+from app.services.chat_pieces import Piece
 from app.state import AppState
 
-_TEXT_STATES = (int(AgentStatusCode.STREAM_ING), int(AgentStatusCode.END))
+TEXT_STATES = (int(AgentStatusCode.STREAM_ING), int(AgentStatusCode.END))
 _END = int(AgentStatusCode.END)
-
-
-@dataclass(slots=True)
-class Piece:
-    """Text for the client, or the end of the answer."""
-
-    text: str = ""
-    final: bool = False
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: str = "stop"
-    answer: str = ""  # the final message's whole text (non-streaming responses)
-    # A run waiting for approval: its pending calls as OpenAI ``tool_calls`` (finish_reason
-    # "tool_calls"); the client answers them with ``role: "tool"`` messages.
-    tool_calls: list[dict[str, Any]] | None = None
 
 
 def split_input(messages: list[ChatMessage]) -> tuple[list[ChatMessage], str]:
@@ -97,7 +73,7 @@ class _Texts:
         self.hold = hold
 
     def piece(self, content: Any, state: int) -> str:
-        if state not in _TEXT_STATES or (self.hold and state != _END):
+        if state not in TEXT_STATES or (self.hold and state != _END):
             self.sent = ""
             return ""
         text = content_text(content)
@@ -185,10 +161,12 @@ async def stateless_pieces(
     finally:
         if isinstance(agent, BaseAgent):
             agent.reset(key, recursive=True)  # nothing of this request stays in the agent
-    yield Piece(final=True, usage=usage, answer=answer, finish_reason=_finish(usage.last_finish))
+    yield Piece(
+        final=True, usage=usage, answer=answer, finish_reason=finish_reason(usage.last_finish)
+    )
 
 
-def _finish(reason: str | None) -> str:
+def finish_reason(reason: str | None) -> str:
     """OpenAI's finish_reason of an agent's answer: ``length`` when max tokens (or a budget)
     cut it, else ``stop`` (an agent's tool calls are its own: the answer never ends in one)."""
     return "length" if reason in ("length", BUDGET_STOP) else "stop"
@@ -276,141 +254,6 @@ async def preflight_tenant(state: AppState, tenant_id: str) -> tuple[int | None,
     return limit, used
 
 
-async def session_submission(
-    state: AppState,
-    lease: TurnLease,
-    tenant_id: str,
-    agent: AgentInfo,
-    session_id: str,
-    req: ChatCompletionRequest,
-    strategy: str | None = None,
-) -> Submission:
-    """A run on the persistent session ``session_id`` (created on first use), prepared by the
-    same path as ``POST /v1/sessions/{id}/messages`` (``prepare_submission``: its lookup, its
-    budget preflight, its batched tenant usage); a busy session follows ``strategy`` (the
-    request's header), else the agent's, else ``reject``."""
-    _, text = split_input(req.messages)  # 400 before any statement
-    fields: dict[str, Any] = {
-        "message": text,
-        "stream": req.stream,
-        "on_disconnect": "continue",
-        "gen_params": GenParams.model_validate(req.gen_params()),
-    }
-    if strategy is not None:  # else the agent's default, as REST's omitted field
-        fields["multitask_strategy"] = strategy
-    body = RunCreate(**fields)
-    prepare = partial(
-        prepare_submission,
-        state,
-        lease,
-        tenant_id,
-        session_id,
-        body,
-        None,
-        agent=agent,
-        source="openai",
-    )
-    try:
-        return await prepare()
-    except SessionNotFound:
-        pass
-    async with state.sessionmaker() as db, db.begin():
-        try:
-            await create_session(db, tenant_id, SessionCreate(agent=agent.name, id=session_id))
-        except Conflict:  # a concurrent first request created it: use that one
-            pass
-    return await prepare()
-
-
-async def session_pieces(
-    state: AppState,
-    tenant_id: str,
-    agent: AgentInfo,
-    session_id: str,
-    req: ChatCompletionRequest,
-    strategy: str | None = None,
-) -> AsyncIterator[Piece]:
-    """A turn on a persistent session, submitted and run as ``POST /messages`` runs one: a
-    streamed request follows the run's own task; a whole answer runs it in this request's
-    task (``RunManager.run_here``) and is read from its end, kept in memory."""
-    runs = state.run_manager
-    async with runs.store.lease() as lease:
-        sub = await session_submission(state, lease, tenant_id, agent, session_id, req, strategy)
-        hold = holds_turns(sub.spec) or wants_json(req)
-        run, created = await runs.submit(sub, lease, inline=not req.stream)
-    if req.stream or not created:
-        return run_pieces(state, run.id, hold, req)
-    await runs.run_here(run.id)
-    return _finished_pieces(state, run.id, hold, req)
-
-
-async def _finished_pieces(
-    state: AppState, run_id: str, hold: bool, req: ChatCompletionRequest
-) -> AsyncIterator[Piece]:
-    """The end of a run this process just finished, from memory (else its stored log)."""
-    runs = state.run_manager
-    run, public = runs.result(run_id), runs.result_public(run_id)
-    if run is None or public is None:
-        async for piece in run_pieces(state, run_id, hold, req):
-            yield piece
-        return
-    data: dict[str, Any] = {"run": public}
-    if run.status == RunStatus.FAILED:
-        data["error"] = run.error
-    if run.status == RunStatus.REQUIRES_ACTION and run.pending is not None:
-        data["tool_calls"] = run.pending["tool_calls"]
-    yield end_piece(END_EVENT[RunStatus(run.status)], data, req)
-
-
-def end_piece(type_: str, data: dict[str, Any], req: ChatCompletionRequest | None) -> Piece:
-    """The final piece of a run's answer from its terminal event (``type_``, ``data``): the
-    answer, or a waiting run's pending calls as ``tool_calls``; a run that failed or was
-    cancelled is a 503 ``run_<status>``."""
-    run = data.get("run") or {}
-    if type_ == EventType.RUN_COMPLETED:
-        usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
-        answer = content_text((run.get("output") or {}).get("content", ""))
-        if req is not None:
-            check_answer_format(req, answer)
-        finish = _finish(run.get("stop_reason"))
-        return Piece(final=True, usage=usage, answer=answer, finish_reason=finish)
-    if type_ == EventType.RUN_REQUIRES_ACTION:
-        usage = Usage(run["usage"]["prompt_tokens"], run["usage"]["completion_tokens"])
-        calls = [openai_tool_call(c) for c in data.get("tool_calls") or []]
-        return Piece(final=True, usage=usage, finish_reason="tool_calls", tool_calls=calls)
-    error = data.get("error") or run.get("error") or {}
-    raise Unavailable(
-        f"run {run.get('status', 'failed')}: {error.get('message', '')}".strip(": "),
-        code=f"run_{run.get('status', 'failed')}",
-    )
-
-
-async def run_pieces(
-    state: AppState,
-    run_id: str,
-    hold: bool = False,
-    req: ChatCompletionRequest | None = None,
-    after: int = 0,
-) -> AsyncIterator[Piece]:
-    """A session run's text deltas from its event log after ``after``, then its end
-    (``hold``: the answer only, when the run ends; see ``_Texts``). A run that stops for
-    approval ends the answer with its pending calls as ``tool_calls``."""
-    async for event in state.run_manager.follow(run_id, after):
-        if event.type == EventType.MESSAGE_DELTA:
-            if (
-                not hold
-                and event.data.get("stream_state") in _TEXT_STATES
-                and isinstance(event.data["delta"], str)
-            ):
-                yield Piece(event.data["delta"])
-        elif ends_stream(event.type):
-            final = end_piece(event.type, event.data, req)
-            if hold and final.answer:
-                yield Piece(final.answer)
-            yield final
-            return
-
-
 def check_ready(state: AppState, spec: AgentSpec) -> None:
     """503 unless the spec's models (its participants' too) are loaded."""
     named = spec.references()  # their models are checked once they are resolved
@@ -419,79 +262,3 @@ def check_ready(state: AppState, spec: AgentSpec) -> None:
         handle = state.models.get(model or "")
         if handle is None or not handle.ready:
             raise Unavailable(f"model {model!r} is not ready", code="model_not_ready")
-
-
-def completion_id() -> str:
-    """``chatcmpl-`` and 32 hex digits: an identifier, not a secret (no urandom syscall)."""
-    return f"chatcmpl-{random.getrandbits(128):032x}"
-
-
-def openai_tool_call(call: dict[str, Any]) -> dict[str, Any]:
-    """A pending call as an OpenAI ``tool_calls`` entry (``Tool.api`` named ``Tool__api``)."""
-    arguments = json.dumps(call.get("arguments") or {}, ensure_ascii=False)
-    name = str(call["name"]).replace(".", "__")
-    return {
-        "id": call["id"],
-        "type": "function",
-        "function": {"name": name, "arguments": arguments},
-    }
-
-
-def completion(
-    model: str,
-    text: str,
-    usage: Usage,
-    finish: str = "stop",
-    tool_calls: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """A whole chat.completion object (with ``tool_calls``: a run waiting for approval)."""
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if tool_calls:
-        message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
-    return {
-        "id": completion_id(),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": usage.to_dict(),
-    }
-
-
-async def chunks(
-    model: str, pieces: AsyncIterator[Piece], include_usage: bool
-) -> AsyncIterator[dict[str, Any]]:
-    """chat.completion.chunk objects: role in the first delta only, usage last if asked."""
-    base = {
-        "id": completion_id(),
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": model,
-    }
-    if include_usage:
-        base["usage"] = None
-    # Text chunks come pre-encoded: the constant head once per stream, then only the text is
-    # escaped per chunk (the same bytes as encoding each chunk whole).
-    enc = ChunkEncoder(base)
-    yield enc.role(0)
-    async for piece in pieces:
-        if piece.final and piece.tool_calls:
-            calls = [{"index": i, **call} for i, call in enumerate(piece.tool_calls)]
-            yield {
-                **base,
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": {"tool_calls": calls},
-                        "finish_reason": None,
-                        "logprobs": None,
-                    }
-                ],
-            }
-        if piece.final:
-            yield enc.finish(0, piece.finish_reason)
-            if include_usage:
-                yield enc.usage(piece.usage.to_dict())
-            return
-        if piece.text:
-            yield enc.content(0, piece.text)

@@ -1,5 +1,5 @@
-"""The event stream response (app/api/sse.py): headers, pings only when idle, the end of the
-stream when the client leaves or the server shuts down (the frames' ``finally`` runs)."""
+"""The event stream response (app/api/event_stream.py): headers, pings only when idle, the end
+of the stream when the client leaves or the server shuts down (the frames' ``finally`` runs)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import httpx
 import pytest
 from sse_starlette.sse import AppStatus
 
-from app.api.sse import DONE, PING, EventStreamResponse, chunk_stream, frame, sse_headers
+from app.api.event_stream import PING, EventStreamResponse, sse_headers
+from app.api.sse import DONE, chunk_stream, frame
 from app.settings import Settings
 from tests.app.conftest import KEY_A, make_agent, make_session
 from tests.app.live import live_server
