@@ -80,8 +80,10 @@ class Settings(OpsSettings):
 
     database_url: str = "sqlite+aiosqlite:///./agentstation.db"
     # PostgreSQL pool per replica (SQLite ignores these): size + overflow connections at most.
-    db_pool_size: int = Field(default=20, ge=1)
-    db_max_overflow: int = Field(default=20, ge=0)
+    # The pool keeps up to ``db_pool_size`` open; overflow connections are closed when given
+    # back, so the size covers the run slots (32 of 40): see docs/operations.md.
+    db_pool_size: int = Field(default=32, ge=1)
+    db_max_overflow: int = Field(default=8, ge=0)
     db_connect_timeout_s: float = Field(default=5.0, gt=0)
     # A pooled connection idle this long is pinged before use (0: every use, pool_pre_ping).
     db_ping_idle_s: float = Field(default=1.0, ge=0)

@@ -152,6 +152,21 @@ class ServerProcess:
         self._log_dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
         self.log_path = self._log_dir / "server.log"
 
+    def _profile(self) -> None:
+        """With ``BENCH_PYSPY_DIR`` set: py-spy samples this server (from now until it exits)
+        into ``<dir>/<name>-<pid>.raw`` (collapsed stacks; bench/README.md, "Profiling")."""
+        out = os.environ.get("BENCH_PYSPY_DIR")
+        if not out or self.proc is None:
+            return
+        Path(out).mkdir(parents=True, exist_ok=True)
+        raw = Path(out) / f"{self.name}-{self.proc.pid}.raw"
+        cmd = [str(VENV_BIN / "py-spy"), "record", "--pid", str(self.proc.pid), "--rate", "100"]
+        subprocess.Popen(
+            [*cmd, "--format", "raw", "--nonblocking", "-o", str(raw)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     @property
     def base_url(self) -> str:
         return f"http://{HOST}:{self.port}"
@@ -168,6 +183,7 @@ class ServerProcess:
                 code = self.proc.returncode
                 raise RuntimeError(f"{self.name} exited ({code}):\n{self.log_tail()}")
             if http_get_status(self.base_url + self.ready_path, timeout=1.0) == 200:
+                self._profile()
                 return self
             time.sleep(0.1)
         self.stop()

@@ -4,7 +4,9 @@ The figure users of an agent server care about (issue 13): N concurrent sessions
 streamed (SSE) ``POST /v1/sessions/{id}/messages`` to an agent on the demo model, stored as
 it streams, against N streams of the same prompts to vLLM's OpenAI server with the same
 engine settings (bench/engine.py). Every turn is on a fresh session (created before the
-round, not timed), so both sides do the same work: the token counts are checked. Per
+round, not timed), so both sides do the same work: the token counts are checked. Each round
+starts with ``concurrency`` untimed turns at once on each side (the engine, the client's
+connections and the gateway's database pool warm: the steady state is measured). Per
 concurrency (8, 32): output tokens/s over the round's wall time and TTFT p50 (request sent to
 the first text delta). ``history``: 5 sessions (``--history-sessions``) of 20 sequential
 turns each; the TTFT of the 20th over the 1st (median of the per-session ratios, and medians
@@ -127,7 +129,18 @@ async def load_round(url: str, concurrency: int, per_worker: int, sessions: bool
             ttft, tokens, _ = await one_stream(http, url, i)
             return ttft, tokens
 
-        await turn(-1)  # warm the connection and the engine
+        # Warm the engine and, with ``concurrency`` turns at once, the connections a burst
+        # needs on either side (the HTTP client's, and the gateway's database pool).
+        warm = await new_sessions(http, url, concurrency) if sessions else []
+        if sessions:
+            await asyncio.gather(
+                *(
+                    one_turn(http, url, sid, f"Request {-1 - k}: tell me a story.")
+                    for k, sid in enumerate(warm)
+                )
+            )
+        else:
+            await asyncio.gather(*(one_stream(http, url, -1 - k) for k in range(concurrency)))
 
         async def worker(w: int) -> list[tuple[float, int]]:
             return [await turn(w * per_worker + k) for k in range(per_worker)]

@@ -18,8 +18,8 @@ __all__ = ["DbSession", "create_engine", "create_sessionmaker"]
 def create_engine(
     url: str,
     *,
-    pool_size: int = 20,
-    max_overflow: int = 20,
+    pool_size: int = 32,
+    max_overflow: int = 8,
     connect_timeout_s: float = 5.0,
     ping_idle_s: float = 1.0,
     clock: Callable[[], float] = time.monotonic,

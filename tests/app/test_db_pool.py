@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db.engine import create_engine
 from app.errors import database_unavailable
 from app.main import create_app
+from app.runtime.store.locks import run_slots
 from app.settings import Settings
 
 
@@ -40,10 +41,14 @@ async def test_pool_size_comes_from_the_settings(
 
 
 def test_postgres_defaults_are_larger_than_sqlalchemys() -> None:
+    # 40 connections at most, 32 kept open: as many as the run slots (each running run holds
+    # one), so a 32-session load does not open and close overflow connections on every turn.
     settings = Settings(database_url="postgresql+asyncpg://u@127.0.0.1/x")
-    assert (settings.db_pool_size, settings.db_max_overflow) == (20, 20)
+    assert (settings.db_pool_size, settings.db_max_overflow) == (32, 8)
     assert settings.db_connect_timeout_s == 5.0
-    assert _pool(create_engine(settings.database_url)) == (20, 20)
+    engine = create_engine(settings.database_url)
+    assert _pool(engine) == (32, 8)
+    assert run_slots(engine) == 32
 
 
 async def test_a_silent_database_host_fails_within_the_connect_timeout() -> None:
