@@ -3,7 +3,8 @@
 SQLAlchemy costs ~100-300 µs of Python per statement (session, compilation cache lookup,
 result objects); a session turn's few PostgreSQL statements go to the driver instead, on a
 connection checked out from the engine's pool. They bypass the engine's
-``before_cursor_execute`` events, so each is reported to ``listeners`` (tests count them).
+``before_cursor_execute`` events, so each is reported to ``listeners`` (tests count them); the
+SQLite run store's plain ``sqlite3`` statements report there too (``report``).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ async def pooled(engine: AsyncEngine) -> AsyncIterator[Any]:
     await conn.close()
 
 
-def _report(sql: str) -> None:
+def report(sql: str) -> None:
     for listener in listeners:
         listener(sql)
 
@@ -67,7 +68,7 @@ def _report(sql: str) -> None:
 async def fetchrow(pg: Any, sql: str, *args: Any) -> Any:
     """One statement, its first row (or None)."""
     if listeners:
-        _report(sql)
+        report(sql)
     try:
         return await pg.fetchrow(sql, *args)
     except DRIVER_ERRORS as exc:
@@ -77,7 +78,7 @@ async def fetchrow(pg: Any, sql: str, *args: Any) -> Any:
 async def execute(pg: Any, sql: str, *args: Any) -> None:
     """One statement, no rows."""
     if listeners:
-        _report(sql)
+        report(sql)
     try:
         await pg.execute(sql, *args)
     except DRIVER_ERRORS as exc:

@@ -59,12 +59,15 @@ def counting(engine: AsyncEngine) -> Iterator[Counter]:
         counter.transactions += 1
 
     def on_raw(statement: str) -> None:
-        counter.statements.append(statement)
+        if statement.startswith("BEGIN"):  # a transaction of the SQLite run store's own
+            counter.transactions += 1
+        else:
+            counter.statements.append(statement)
 
     sync = engine.sync_engine
     event.listen(sync, "before_cursor_execute", on_execute)
     event.listen(sync, "begin", on_begin)
-    raw.listeners.append(on_raw)  # statements sent straight to asyncpg
+    raw.listeners.append(on_raw)  # statements sent straight to asyncpg or sqlite3
     try:
         yield counter
     finally:
