@@ -250,8 +250,9 @@ class RunManager:
 
     async def aclose(self, grace_s: float = 0.0) -> None:
         """Let runs finish for up to ``grace_s``, then interrupt the rest (shutdown)."""
-        waiting = [job.done.wait() for job in self.jobs.values()]
-        if waiting and grace_s > 0:
+        # Coroutines only when awaited (else "coroutine was never awaited" at every shutdown).
+        waiting = [job.done.wait() for job in self.jobs.values()] if grace_s > 0 else []
+        if waiting:
             log.info("shutdown: waiting up to %.0fs for %d runs", grace_s, len(waiting))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waiting), grace_s)
