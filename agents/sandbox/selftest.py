@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from agents.sandbox.pool import KernelPool
 
 log = logging.getLogger("agents.sandbox")
+PROBE_ATTEMPTS = 2  # kernel starts tried per level before falling back to a lower one
 
 _PROBE = """
 import json, socket
@@ -60,7 +61,14 @@ async def detect(pool: KernelPool) -> Level:
         for level in candidates():
             if level == "L0":
                 return level
-            probe = await _probe(pool, level, _PROBE % (port, str(secret)))
+            # A probe kernel that did not start (or answer) is tried once more before the
+            # level is given up: one transient failure at boot (seen once in 20 CI starts)
+            # would otherwise leave the pool below its minimum level, refusing every cell.
+            probe = None
+            for _attempt in range(PROBE_ATTEMPTS):
+                probe = await _probe(pool, level, _PROBE % (port, str(secret)))
+                if probe is not None:
+                    break
             if probe is None:
                 continue
             leaked_file = probe.get("file") == token

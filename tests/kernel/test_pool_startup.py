@@ -108,3 +108,28 @@ async def test_below_the_minimum_level_a_tool_call_gets_an_error_saying_so(
         assert "level L1 is below the required L3" in (result.errmsg or ""), result
     finally:
         await pool.aclose()
+
+
+async def test_one_failed_probe_start_does_not_lower_the_level(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A probe kernel that fails to start once (a transient failure at boot) is tried again:
+    # the pool still reaches the best level here, not the next one down.
+    real, calls = selftest._probe, []
+
+    async def once_broken(pool: KernelPool, level: Level, code: str) -> dict[str, object] | None:
+        calls.append(level)
+        if len(calls) == 1:
+            return None  # as _probe answers when its kernel did not start
+        return await real(pool, level, code)
+
+    best = selftest.candidates()[0]
+    monkeypatch.setattr(selftest, "_probe", once_broken)
+    pool = KernelPool(sandbox_config(base))
+    try:
+        assert await pool.start() == best
+        assert calls[:2] == [best, best]
+        cell = await pool.execute("s", "print(6*7)")
+        assert cell.status == "ok" and cell.output.strip() == "42", cell
+    finally:
+        await pool.aclose()
