@@ -73,6 +73,13 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         await asyncio.to_thread(upgrade, url)
         yield url
         return
+    async with migrated_pg_database() as url:
+        yield url
+
+
+@asynccontextmanager
+async def migrated_pg_database() -> AsyncIterator[str]:
+    """A fresh, migrated PostgreSQL database, dropped after the block."""
     if not PG_URL:
         pytest.fail("AGENTSTATION_TEST_DATABASE_URL is not set (deselect with -m 'not postgres')")
     url = await _fresh_pg_database()

@@ -22,7 +22,6 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from app.db.migrate import upgrade
 from app.errors import SessionBusy
 from app.main import create_app
 from app.runtime.runs import RunManager
@@ -33,13 +32,12 @@ from app.services.runs import prepare_submission
 from app.state import AppState
 from tests.app.conftest import (
     KEY_A,
-    PG_URL,
-    _drop_pg_database,
-    _fresh_pg_database,
     make_agent,
     make_session,
     make_settings,
+    migrated_pg_database,
 )
+from tests.app.test_run_hold import _free
 
 pytestmark = pytest.mark.postgres
 
@@ -47,14 +45,8 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 async def database_url() -> AsyncIterator[str]:
     """A fresh, migrated PostgreSQL database (the lease holds nothing on SQLite)."""
-    if not PG_URL:
-        pytest.fail("AGENTSTATION_TEST_DATABASE_URL is not set (deselect with -m 'not postgres')")
-    url = await _fresh_pg_database()
-    try:
-        await asyncio.to_thread(upgrade, url)
+    async with migrated_pg_database() as url:
         yield url
-    finally:
-        await _drop_pg_database(url)
 
 
 class Turns:
@@ -98,16 +90,6 @@ async def other(database_url: str) -> AsyncIterator[AsyncEngine]:
         yield engine
     finally:
         await engine.dispose()
-
-
-async def _free(other: AsyncEngine, session_pk: str) -> bool:
-    key = advisory_key(session_pk)
-    async with other.connect() as conn:
-        got = bool(await conn.scalar(sa.select(sa.func.pg_try_advisory_lock(key))))
-        if got:
-            await conn.scalar(sa.select(sa.func.pg_advisory_unlock(key)))
-        await conn.commit()
-    return got
 
 
 async def _session_pk(turns: Turns, session_id: str) -> str:
