@@ -164,7 +164,10 @@ class AgentSpec(BaseModel):
         return found
 
     def model_names(self) -> set[str]:
-        """The models this spec and its inline agents use."""
+        """The models this spec and its inline agents use (a remote agent uses none of this
+        server's: its ``model``, if set, is not checked or loaded here)."""
+        if self.remote is not None:
+            return set()
         names = {self.model} if self.model is not None else set()
         for _, child in self.children():
             if isinstance(child, AgentSpec):

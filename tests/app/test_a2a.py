@@ -26,6 +26,7 @@ from a2a.types import (
 )
 
 from app.db.migrate import upgrade
+from app.schemas.agents import AgentSpec
 from app.settings import Settings
 from tests.app.conftest import KEY_A, KEY_B, make_agent, make_settings, parse_sse
 from tests.app.live import live_server
@@ -256,3 +257,14 @@ async def test_alice_on_one_server_streams_bob_on_another(
             break
         await asyncio.sleep(0.1)
     assert [r["status"] for r in bob_runs] == ["cancelled", "completed"]  # Alice's session on B
+
+
+def test_a_remote_agent_needs_none_of_this_servers_models() -> None:
+    # Found by the contract fuzzer: a remote agent's spec with a ``model`` (not validated, as
+    # the agent runs elsewhere) made every turn of its sessions a 503 "model ... is not ready".
+    remote = AgentSpec.model_validate({"remote": "https://agents.example.com/a2a/x/", "model": "?"})
+    assert remote.model_names() == set()
+    spec = AgentSpec.model_validate(
+        {"kind": "agent", "model": "echo", "sub_agents": {"x": remote.model_dump()}}
+    )
+    assert spec.model_names() == {"echo"}
