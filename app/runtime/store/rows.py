@@ -16,7 +16,6 @@ from app.db.models import Session as SessionRow
 from app.runtime.messages import dump_message, jsonable
 
 SESSIONS = cast(sa.Table, SessionRow.__table__)  # Core statements: no ORM bookkeeping
-MESSAGES = cast(sa.Table, Message.__table__)
 
 
 async def load_state(db: AsyncSession, session_pk: str) -> dict[str, list[dict[str, Any]]]:
@@ -68,28 +67,6 @@ def new_rows(
                 }
             )
     return rows, rewrite
-
-
-async def save_new_messages(
-    db: AsyncSession,
-    session_pk: str,
-    run_id: str | None,
-    before: dict[str, int],
-    after: dict[str, Any],
-    bump: bool = True,
-) -> bool:
-    """Append the new entries of ``after`` in the caller's transaction (one executemany, and a
-    ``memory_rev`` bump unless the caller makes it); returns whether anything changed."""
-    rows, rewrite = new_rows(session_pk, run_id, before, after)
-    if rewrite:
-        await db.execute(
-            sa.delete(Message).where(Message.session_pk == session_pk, Message.key.in_(rewrite))
-        )
-    if rows:
-        await db.execute(sa.insert(MESSAGES), rows)
-    if bump and (rows or rewrite):
-        await bump_memory_rev(db, session_pk)
-    return bool(rows or rewrite)
 
 
 def memory_rev_bump(session_pk: str) -> sa.Update:
