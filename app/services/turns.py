@@ -85,7 +85,9 @@ class TurnRequest:
     ``options`` (``openai``, ``a2a``, ``responses``, ...). ``instructions``: a system message
     for this turn only: every model call of the turn sees it after the agent's own system
     messages; never stored in memory (kept in the run's ``options``, so a resumed run sees it
-    too).
+    too). ``run_id``: the new run's id (None: a new ``run_<32 hex>``; the Responses API mints
+    ``resp_...``). ``options``: more entries for the run's ``options`` column (e.g. the
+    Responses API's ``response`` metadata), read back from the stored run.
     """
 
     message: MessageIn | str | dict[str, Any]
@@ -96,6 +98,8 @@ class TurnRequest:
     idempotency_key: str | None = None
     source: str | None = None
     instructions: str | None = None
+    run_id: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -115,9 +119,10 @@ class TurnRequest:
             source=source,
         )
 
-    def options(self, strategy: str) -> dict[str, Any]:
+    def run_options(self, strategy: str) -> dict[str, Any]:
         """The run's ``options`` column (not part of the run's public shape)."""
         options: dict[str, Any] = {
+            **self.options,
             "stream": self.stream,
             "on_disconnect": self.on_disconnect,
             "multitask_strategy": strategy,
@@ -320,8 +325,9 @@ async def prepare_submission(
         message=message,
         strategy=strategy,
         gen_params=request.gen_params,
-        options=request.options(strategy),
+        options=request.run_options(strategy),
         idempotency_key=request.idempotency_key,
+        run_id=request.run_id,
         budget=figures,
         charge_later=partial(state.tenant_usage.charge, limited=False),
         relookup=(

@@ -189,13 +189,20 @@ async def test_submit_turn_runs_inline_or_streams_with_per_turn_instructions(
     assert first.public["output"]["content"] == "hi" and first.public["id"] == plain.run_id
 
     told = turns.TurnRequest(
-        "hi", stream=True, instructions="answer in four words", source="responses"
+        "hi",
+        stream=True,
+        instructions="answer in four words",
+        source="responses",
+        run_id="resp_" + "ab" * 16,  # a front door may name its runs
+        options={"response": {"store": True}},
     )
     streamed = await turns.submit_turn(state, "a", sid, told)
-    assert not streamed.inline
+    assert not streamed.inline and streamed.run_id == "resp_" + "ab" * 16
     events = [event async for event in streamed.events()]
     assert events[0].type == "run.created" and events[-1].type == "run.completed"
     second = await streamed.end()
+    assert second.run.options["response"] == {"store": True}
+    assert second.run.options["source"] == "responses"
     again = await turns.submit_turn(state, "a", sid, turns.TurnRequest("hi"))
     third = await again.finish()
     # Each turn's prompt: the memory so far (+2 one-word messages a turn); the told one also
