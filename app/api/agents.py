@@ -7,6 +7,7 @@ from fastapi import APIRouter, Response
 from app.api.pages import After, Limit
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
 from app.schemas.agents import AgentCreate, AgentList, AgentPublic, AgentUpdate
+from app.schemas.vocab import CancelMode
 from app.services import agents as service
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
@@ -53,6 +54,6 @@ async def update_agent(
 async def delete_agent(name: str, db: DbDep, who: PrincipalDep, runs: RunsDep) -> Response:
     """Delete the agent and its sessions (their running runs are cancelled first)."""
     for run_id in await service.active_runs(db, who.tenant_id, name):
-        await runs.cancel(run_id, "cancelled")
+        await runs.cancel(run_id, CancelMode.CANCELLED)
     await service.delete_agent(db, who.tenant_id, name)
     return Response(status_code=204)

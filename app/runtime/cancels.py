@@ -17,7 +17,7 @@ from app.db.models import Run
 from app.runtime.jobs import Job
 from app.runtime.notify import CancelBus
 from app.runtime.orphans import Orphans
-from app.schemas.vocab import TERMINAL, WAITING
+from app.schemas.vocab import TERMINAL, WAITING, CancelMode
 
 
 class Cancels:
@@ -39,7 +39,7 @@ class Cancels:
         self.timeout_s = timeout_s
         self.background = background
 
-    async def cancel(self, run_id: str, mode: str = "cancelled") -> None:
+    async def cancel(self, run_id: str, mode: CancelMode = CancelMode.CANCELLED) -> None:
         """Cancel a run (reaching the model call and the tool) and wait for it to stop."""
         job = self.jobs.get(run_id)
         if job is None and await self._waiting(run_id):
@@ -72,7 +72,7 @@ class Cancels:
             status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
         return status in WAITING
 
-    async def _cancel_remote(self, run_id: str, mode: str) -> bool:
+    async def _cancel_remote(self, run_id: str, mode: CancelMode) -> bool:
         """Ask the replica that owns the run; True once the run has a final status."""
         await self.bus.publish(run_id, mode)
         for _ in range(int(self.timeout_s * 2 / 0.05) + 1):
@@ -83,13 +83,14 @@ class Cancels:
             await asyncio.sleep(0.05)
         return False  # nobody owns it: the caller closes it as an orphan
 
-    def cancel_soon(self, run_id: str, mode: str) -> None:
+    def cancel_soon(self, run_id: str, mode: CancelMode) -> None:
         """Cancel from a context that is itself being cancelled (a dropped stream)."""
         task = asyncio.create_task(self.cancel(run_id, mode))
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
     def remote_cancel(self, run_id: str, mode: str) -> None:
-        """A cancel another replica published: ours if the run is."""
+        """A cancel another replica published: ours if the run is (an unknown mode, from a
+        newer replica: ``cancelled``)."""
         if run_id in self.jobs:
-            self.cancel_soon(run_id, mode)
+            self.cancel_soon(run_id, CancelMode.parse(mode) or CancelMode.CANCELLED)

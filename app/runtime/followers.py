@@ -108,7 +108,7 @@ class LiveRuns:
                 )
             for row in rows:
                 after = row.seq
-                yield Event(row.seq, row.type, row.data)
+                yield Event(row.seq, EventType(row.type), row.data)
                 # A pause ends the stream only while the run still waits there: a resumed
                 # run's log goes on after it (Last-Event-ID across the pause).
                 paused_before = row.type == EventType.RUN_REQUIRES_ACTION and (

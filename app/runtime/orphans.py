@@ -20,11 +20,16 @@ from app.db.models import Message, Run, RunEvent
 from app.runtime.events import gap_event
 from app.runtime.store.locks import SessionLocks
 from app.runtime.store.rows import bump_memory_rev
-from app.runtime.writes import WriteGate
-from app.schemas.vocab import ACTIVE, TERMINAL, WAITING, EventType, RunStatus
-
-# Modes that end a run ``cancelled`` (the others: ``interrupted``).
-CANCELLED_MODES = ("cancelled", "rollback", "approval_timeout")
+from app.runtime.store.writes import WriteGate
+from app.schemas.vocab import (
+    ACTIVE,
+    TERMINAL,
+    WAITING,
+    CancelMode,
+    EventType,
+    RunStatus,
+    cancel_outcome,
+)
 
 
 class Orphans:
@@ -62,7 +67,7 @@ class Orphans:
             if getattr(dropped, "rowcount", 0):
                 await bump_memory_rev(db, run.session_pk)
             run.pending = None
-            run.status = RunStatus.CANCELLED if mode in CANCELLED_MODES else RunStatus.INTERRUPTED
+            run.status = cancel_outcome(mode)[0]  # nothing of the run is kept
             run.stop_reason, run.finished_at = mode, utcnow()
             stored = (
                 await db.scalar(
@@ -83,14 +88,14 @@ class Orphans:
         """Close ``run_id`` if it is ``running`` but nobody holds its session (its replica
         died); True if it did. On SQLite one process runs a database's runs: nothing to do
         (``recover`` closed what a previous process left)."""
-        if not self.locks.postgres or self.owned(run_id):
+        if not self.locks.replicas or self.owned(run_id):
             return False
         async with self.locks.try_hold(session_pk) as free:
-            return free and await self.close(run_id, "server_restart")
+            return free and await self.close(run_id, CancelMode.SERVER_RESTART)
 
     async def reap_session(self, session_pk: str) -> bool:
         """``reap`` every running run of the session; True if one was closed."""
-        if not self.locks.postgres:
+        if not self.locks.replicas:
             return False
         async with self.sessionmaker() as db:
             running = list(
@@ -111,6 +116,6 @@ class Orphans:
             if self.owned(run.id):
                 continue
             async with self.locks.try_hold(run.session_pk) as free:
-                if free and await self.close(run.id, "server_restart"):
+                if free and await self.close(run.id, CancelMode.SERVER_RESTART):
                     count += 1
         return count

@@ -87,5 +87,4 @@ async def resume_from_tool_messages(
         )
     decisions = [decision_of(m) for m in tools]
     await resume_run(state, tenant_id, run_id, decisions)
-    channel = state.run_manager.channels.get(run_id)
-    return run_id, channel.stored if channel is not None else 0
+    return run_id, state.run_manager.stored_seq(run_id)

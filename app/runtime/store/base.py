@@ -38,10 +38,10 @@ from app.db.models import Session as SessionRow
 from app.errors import NotFound
 from app.ops.budget import BudgetSpec
 from app.runtime.budgets import BudgetFigures, read_figures
-from app.runtime.reads import reading
 from app.runtime.store.locks import SessionLocks, TurnLease, lock_for_transaction
+from app.runtime.store.reads import reading
 from app.runtime.store.rows import bump_memory_rev, load_state
-from app.runtime.writes import WriteGate
+from app.runtime.store.writes import WriteGate
 from app.schemas.agents import AgentSpec
 from app.schemas.vocab import ACTIVE, BUSY, RunStatus
 
@@ -143,13 +143,17 @@ class RunEnd:
 class RunStore(ABC):
     """A session turn's statements (see the module's docstring)."""
 
-    postgres = False
-
     def __init__(self, engine: AsyncEngine, sessionmaker: async_sessionmaker[AsyncSession]):
         self.engine = engine
         self.sessionmaker = sessionmaker
         self.locks = SessionLocks(engine)
         self.writes = WriteGate(engine)  # SQLite: one write transaction at a time
+
+    @property
+    def replicas(self) -> bool:
+        """Whether other processes may run this database's runs (``SessionLocks.replicas``):
+        cancels are then published to them, and runs of dead ones taken over."""
+        return self.locks.replicas
 
     def lease(self) -> TurnLease:
         """A new turn's lease (empty until its lookup or admission uses it)."""
@@ -218,6 +222,31 @@ class RunStore(ABC):
         """The session's stored memory (state_dict entries per key, oldest first)."""
         async with reading(self.engine, self.sessionmaker) as db:
             return await load_state(db, session_pk)
+
+    async def claim_waiting(
+        self, run_id: str, values: dict[str, Any] | None = None
+    ) -> tuple[Run, list[tuple[int, str, dict[str, Any]]]] | str:
+        """A run waiting for approval claimed to go on (``requires_action`` → ``queued``, by
+        one conditional UPDATE: of two claims exactly one wins), with ``values`` (more
+        columns to set); the run as it is now and its stored events (seq, type, data). When it
+        does not wait: its status (``"None"`` for an unknown run)."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            done = await db.execute(
+                sa.update(RUNS)
+                .where(RUNS.c.id == run_id, RUNS.c.status == RunStatus.REQUIRES_ACTION)
+                .values(status=RunStatus.QUEUED, pending=None, stop_reason=None, **(values or {}))
+            )
+            if not getattr(done, "rowcount", 0):
+                return str(await db.scalar(sa.select(RUNS.c.status).where(RUNS.c.id == run_id)))
+            row = (await db.execute(sa.select(RUNS).where(RUNS.c.id == run_id))).mappings().one()
+            events = (
+                await db.execute(
+                    sa.select(EVENTS.c.seq, EVENTS.c.type, EVENTS.c.data)
+                    .where(EVENTS.c.run_id == run_id)
+                    .order_by(EVENTS.c.seq)
+                )
+            ).all()
+        return transient(Run, **dict(row)), [(seq, type_, data) for seq, type_, data in events]
 
     async def append_events(self, rows: list[dict[str, Any]]) -> None:
         """Store event rows (run_id, seq, type, data, created_at) in one transaction."""
