@@ -10,13 +10,10 @@ from collections.abc import Coroutine
 from inspect import CORO_CREATED
 from typing import Any, cast
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from app.db.models import Run
 from app.runtime.jobs import Job
 from app.runtime.notify import CancelBus
 from app.runtime.orphans import Orphans
+from app.runtime.store import RunStore
 from app.schemas.vocab import TERMINAL, WAITING, CancelMode
 
 
@@ -26,14 +23,14 @@ class Cancels:
     def __init__(
         self,
         jobs: dict[str, Job],
-        sessionmaker: async_sessionmaker[AsyncSession],
+        store: RunStore,
         orphans: Orphans,
         bus: CancelBus,
         timeout_s: float,
         background: set[asyncio.Task[Any]],
     ) -> None:
         self.jobs = jobs  # this process's runs (LiveRuns.jobs)
-        self.sessionmaker = sessionmaker
+        self.store = store
         self.orphans = orphans
         self.bus = bus
         self.timeout_s = timeout_s
@@ -68,16 +65,13 @@ class Cancels:
             await asyncio.wait_for(asyncio.shield(job.done.wait()), self.timeout_s * 5)
 
     async def _waiting(self, run_id: str) -> bool:
-        async with self.sessionmaker() as db:
-            status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
-        return status in WAITING
+        return await self.store.run_status(run_id) in WAITING
 
     async def _cancel_remote(self, run_id: str, mode: CancelMode) -> bool:
         """Ask the replica that owns the run; True once the run has a final status."""
         await self.bus.publish(run_id, mode)
         for _ in range(int(self.timeout_s * 2 / 0.05) + 1):
-            async with self.sessionmaker() as db:
-                status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
+            status = await self.store.run_status(run_id)
             if status is None or status in TERMINAL:
                 return True
             await asyncio.sleep(0.05)

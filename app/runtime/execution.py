@@ -5,13 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, cast
-
-import sqlalchemy as sa
+from typing import Any
 
 from agents.llms.base import Usage, instructions_scope
 from agents.memory import load_message
-from app.db.models import Run
 from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, budget_scope
@@ -24,7 +21,6 @@ from app.runtime.runner import TurnResult, merge_state, resume_turn, run_turn
 from app.schemas.vocab import CancelMode, RunStatus, StopReason, cancel_outcome
 
 log = logging.getLogger(__name__)
-RUNS = cast(sa.Table, Run.__table__)  # Core statements: no ORM bookkeeping for rows nobody holds
 
 
 async def execute(deps: JobDeps, job: Job) -> None:

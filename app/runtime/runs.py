@@ -64,17 +64,15 @@ class RunManager:
         self.writes = self.store.writes  # SQLite: one write transaction at a time
         self.memory = MemoryCache()  # sessions' loaded memories (checked against memory_rev)
         # Runs of dead processes: closed at start-up, or taken over by this live replica.
-        self.orphans = Orphans(
-            sessionmaker, self.writes, self.locks, lambda run_id: run_id in self.jobs, run_public
-        )
-        self.live = LiveRuns(sessionmaker, self.orphans.reap)
+        self.orphans = Orphans(self.store, lambda run_id: run_id in self.jobs, run_public)
+        self.live = LiveRuns(self.store, self.orphans.reap)
         # The live registry's own dicts (callers and tests read them here).
         self.jobs: dict[str, Job] = self.live.jobs
         self.channels: dict[str, RunChannel] = self.live.channels
         self.finished: dict[str, Run] = self.live.finished
         self.finished_public: dict[str, dict[str, Any]] = self.live.finished_public
         self.cancels = Cancels(
-            self.jobs, sessionmaker, self.orphans, self.bus, cancel_timeout_s, self._background
+            self.jobs, self.store, self.orphans, self.bus, cancel_timeout_s, self._background
         )
         self.admissions = Admissions(self.store, self.orphans, self.cancel, self._start)
         self.deps = JobDeps(

@@ -12,9 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, cast
-
-import sqlalchemy as sa
+from typing import Any
 
 from agents.actions.approval import Decision, PendingApproval
 from agents.actions.signature import ArgumentError
@@ -31,7 +29,6 @@ from app.services.runs import get_run
 from app.state import AppState
 
 log = logging.getLogger(__name__)
-RUNS = cast(sa.Table, Run.__table__)
 TIMEOUT_CHECK_S = 1.0  # how often a replica looks for waiting runs past their deadline
 
 
@@ -147,19 +144,12 @@ async def _claim(state: AppState, run_id: str) -> tuple[Run, list[Event]]:
 async def check_timeouts(state: AppState) -> int:
     """Deny (or cancel) the waiting runs past their deadline; how many it handled."""
     now = utcnow()
-    async with state.sessionmaker() as db:
-        rows = (
-            await db.execute(
-                sa.select(Run.id, Run.tenant_id, Run.pending).where(
-                    Run.status == RunStatus.REQUIRES_ACTION
-                )
-            )
-        ).all()
+    rows = await state.run_manager.store.waiting_runs()
     state.run_manager.waiting_count = len(rows)
     handled = 0
     for run_id, tenant_id, pending in rows:
-        deadline = parse_time((pending or {}).get("deadline"))
-        if deadline is None or deadline > now:
+        deadline = parse_time(pending.get("deadline")) if pending else None
+        if pending is None or deadline is None or deadline > now:
             continue
         try:
             if (pending or {}).get("on_timeout") == "cancel":
