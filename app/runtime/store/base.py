@@ -7,8 +7,9 @@ events, memory revision), drop what a paused run stored, and write a session's m
 the session's busy rule. ``create_store`` (``app/runtime/store/__init__.py``) picks the one
 implementation for the database once, at start-up:
 
-- ``SqliteRunStore`` (``sqlite.py``): SQLAlchemy Core statements on the loop's thread, one
-  write transaction at a time (``WriteGate``);
+- ``SqliteRunStore`` (``sqlite.py``): a turn's two writes (admission, end) as plain
+  statements on the connection's ``sqlite3`` handle, on the loop's thread, one write
+  transaction at a time (``WriteGate``); its lookup one SQLAlchemy query;
 - ``PgRunStore`` (``postgres.py``): the turn's statements sent straight to asyncpg, admission
   as one server-side function (``agentstation_admit``), the end as one statement that also
   releases the session's run lock.
