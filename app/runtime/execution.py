@@ -13,6 +13,7 @@ from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, budget_scope
 from app.ops.logging import run_id_var
+from app.outbound import OutboundRefused
 from app.runtime.approvals import waiting_state
 from app.runtime.finish import finish, finish_safely, guard
 from app.runtime.jobs import Job, JobDeps, Turn
@@ -82,7 +83,10 @@ async def execute(deps: JobDeps, job: Job) -> None:
     except Exception as exc:
         # The detail (it may hold SQL and its parameters, paths, other tenants' ids) goes to
         # the log only; the run's error says what a client may know, with the request id.
-        log.exception("run %s failed", job.run_id)
+        if isinstance(exc, OutboundRefused):  # the policy's answer, not a fault of ours
+            log.warning("run %s: outbound URL refused: %s", job.run_id, exc)
+        else:
+            log.exception("run %s failed", job.run_id)
         error = public_error(exc)
         await finish_safely(deps, job, RunStatus.FAILED, StopReason.ERROR, result, None, error)
     finally:
