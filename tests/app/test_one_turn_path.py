@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from app.main import create_app
 from app.ops.budget_store import set_tenant_budget
 from app.runtime.store import SessionNotFound
+from app.schemas.vocab import CancelMode
 from app.services import turns
 from app.settings import Settings
 from tests.app.conftest import KEY_A, make_agent, make_session
@@ -265,3 +266,22 @@ async def test_a_chat_turn_takes_an_idempotency_key_as_a_message_turn_does(
         "/v1/chat/completions", json=body, headers={**headers, "Idempotency-Key": "k" * 257}
     )
     assert long.status_code == 400 and long.json()["error"]["param"] == "Idempotency-Key"
+
+
+async def test_a_run_interrupted_before_its_turn_began_keeps_its_input(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """``interrupt`` keeps what the interrupted run wrote, its input first, also when it lands
+    before the run's task took its first step (memory not loaded yet: the input was dropped)."""
+    state = app.state.agentstation
+    await make_agent(client, model="slow")
+    sid = await make_session(client)
+    await turn(client, sid, "earlier")  # memory revision > 0: loading it takes a read
+    first = await turns.submit_turn(state, "a", sid, turns.TurnRequest("one", stream=True))
+    await first.cancel(CancelMode.INTERRUPT)  # before its task's first step
+    end = await first.end()
+    assert end.run.status == "interrupted" and end.run.stop_reason == "interrupt"
+    after = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "two"})
+    assert after.json()["run"]["status"] == "completed"
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    assert [m["content"] for m in memory if m["sender"] == "user"] == ["earlier", "one", "two"]
