@@ -25,6 +25,7 @@ from app.openapi import install as install_openapi
 from app.ops.tenant_usage import TenantUsage
 from app.outbound import OutboundPolicy
 from app.runtime.builders import default_registry
+from app.runtime.registry import Registry
 from app.runtime.runs import RunManager
 from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
@@ -153,6 +154,16 @@ def _install_ops(app: FastAPI, settings: Settings) -> None:
     app.state.startup_hooks.append(lambda state: start_ops(state, ops))
 
 
+def _specs(app: FastAPI, settings: Settings) -> tuple[Registry, list[str]]:
+    """The registry and model names agent specs are checked against (the running app's, else
+    what it would have: the document is the same before the lifespan starts)."""
+    state = getattr(app.state, "agentstation", None)
+    if state is not None:
+        return state.registry, list(state.models.names())
+    registry = default_registry(OutboundPolicy.parse(settings.outbound_allow))
+    return registry, list(ModelRegistry(settings.models).names())
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A new application; nothing is connected until the lifespan starts."""
     settings = settings or get_settings()
@@ -160,7 +171,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.startup_hooks = []
     install_error_handlers(app)
-    install_openapi(app, anonymous=allow_anonymous(settings))
+    install_openapi(app, anonymous=allow_anonymous(settings), specs=lambda: _specs(app, settings))
     # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
     for router in (openai.router, agents.router, sessions.router, runs.router, health.router):
         app.include_router(router)

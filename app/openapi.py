@@ -25,6 +25,8 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from app.errors import ErrorEnvelope
+from app.openapi_specs import agent_spec_schemas
+from app.runtime.registry import Registry
 from app.schemas.common import NAME_MAX_LENGTH, NAME_PATTERN
 from app.schemas.sessions import MemoryState
 
@@ -216,13 +218,23 @@ def truthful(document: dict[str, Any], anonymous: bool = False) -> dict[str, Any
     return document
 
 
-def install(app: FastAPI, anonymous: bool = False) -> None:
-    """Serve the truthful document at /openapi.json (built once, on first use)."""
+def install(
+    app: FastAPI,
+    anonymous: bool = False,
+    specs: Callable[[], tuple[Registry, list[str]]] | None = None,
+) -> None:
+    """Serve the truthful document at /openapi.json (built once, on first use). ``specs``:
+    this server's registry and model names, for the agent spec's variants
+    (app/openapi_specs.py)."""
     generate: Callable[[], dict[str, Any]] = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = truthful(generate(), anonymous)
+            document = truthful(generate(), anonymous)
+            if specs is not None:
+                registry, models = specs()
+                agent_spec_schemas(document["components"]["schemas"], registry, models)
+            app.openapi_schema = document
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
