@@ -64,6 +64,12 @@ async def index() -> FileResponse:
     return _file("index.html")
 
 
+@router.get("/favicon.ico")
+async def favicon() -> FileResponse:
+    """The page's icon (browsers and tools ask for /favicon.ico; the page links the SVG)."""
+    return _file("favicon.svg")
+
+
 @router.get("/playground/vocab.js")
 async def vocab(request: Request) -> Response:
     """``window.AGENTSTATION`` = the server's vocabulary (from app.schemas.vocab, the registry)."""

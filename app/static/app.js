@@ -16,23 +16,34 @@ function setConn(text, cls) {
   el.className = "conn " + (cls || "");
 }
 
-async function connect() {
+// ``asked``: the user submitted a key (a 401 is then their key's fault, shown in red); on a
+// first visit without a key the page only asks for one.
+async function connect(asked) {
   try {
     const [agents, models] = await Promise.all([
       api("GET", "/v1/agents?limit=100"), api("GET", "/v1/models"),
     ]);
     ui.agents = agents.data;
     ui.models = models.data.filter((m) => m.kind === "model").map((m) => m.id);
+    ui.connected = true;
     setConn("connected · " + ui.agents.length + " agents", "ok");
     renderAgents();
     fillModelSelect();
+    syncComposer();
     const saved = store.get("agent");
     if (saved && ui.agents.some((a) => a.name === saved)) await selectAgent(saved);
     else if (!ui.editing) newAgent();
   } catch (err) {
-    setConn(err.status === 401 ? "invalid or missing API key" : "error: " + err.message, "bad");
     ui.agents = [];
+    ui.connected = false;
     renderAgents();
+    syncComposer();
+    if (err.status === 401 && !asked && !store.get("key")) {
+      setConn("enter your API key", "ask");
+      $("api-key").focus();
+    } else {
+      setConn(err.status === 401 ? "invalid or missing API key" : "error: " + err.message, "bad");
+    }
   }
 }
 
@@ -66,6 +77,7 @@ async function selectAgent(name) {
   const agent = ui.agents.find((a) => a.name === name);
   if (agent) editAgent(agent);
   $("session-new").disabled = false;
+  syncComposer();
   await loadSessions();
 }
 
@@ -116,6 +128,8 @@ async function selectSession(id) {
 // ---------------------------------------------------------------- transcript
 
 function bubble(kind, who) {
+  // A session's first message (sent, or replayed from a run after a reload) ends "No messages".
+  if (kind !== "note") for (const n of $("transcript").querySelectorAll(".msg-item.empty")) n.remove();
   const el = document.createElement("div");
   el.className = "msg-item " + kind;
   const w = document.createElement("div");
@@ -195,7 +209,7 @@ function renderHistory(state) {
   const key = "memory" in state ? "memory" : Object.keys(state)[0];
   const messages = (state && state[key]) || [];
   for (const m of messages) renderMessage(bubble("assistant", ""), m);
-  if (!messages.length) note("No messages yet. Say something.");
+  if (!messages.length) note("No messages yet. Say something.").classList.add("empty");
 }
 
 function showMemory(state) {
@@ -239,11 +253,26 @@ function setRunBar(run) {
   const waiting = Boolean(run && run.status === WAITING);  // for a person's decision
   $("cancel").disabled = !active && !waiting;
   $("send").disabled = active || waiting || !ui.session;
+  syncComposer();
 }
 
 function setComposer(enabled) {
   $("composer-input").disabled = !enabled;
   $("send").disabled = !enabled;
+  syncComposer();
+}
+
+// The message box says what the page waits for.
+function syncComposer() {
+  const status = $("run-status").dataset.status;
+  let hint;
+  if (!ui.connected) hint = "Enter your API key above first";
+  else if (!ui.agent) hint = "Pick an agent, or create one with New";
+  else if (!ui.session) hint = "Pick a session of " + ui.agent + ", or start one with New";
+  else if (status === WAITING) hint = "A tool call waits for your decision (above)";
+  else if (ACTIVE.has(status)) hint = ui.agent + " is answering… (Esc cancels)";
+  else hint = "Message " + ui.agent + " (Enter sends, Shift+Enter: new line)";
+  $("composer-input").placeholder = hint;
 }
 
 function handleEvent(run, frame) {
@@ -437,8 +466,6 @@ async function followRun(run, firstResponse) {
 async function send(message) {
   if (!ui.session || !message.trim()) return;
   detachRun();
-  const transcript = $("transcript");
-  if (transcript.querySelector(".note") && transcript.children.length === 1) transcript.replaceChildren();
   renderMessage(bubble("user", "user"), { sender: "user", content: message });
   $("composer-input").value = "";
   $("send").disabled = true;
@@ -510,7 +537,7 @@ function wire() {
     store.set("key", $("api-key").value.trim() || null);
     ui.agent = null;
     ui.session = null;
-    connect();
+    connect(true);
   });
   $("agent-new").addEventListener("click", () => { newAgent(); $("f-name").focus(); });
   $("session-new").addEventListener("click", () => newSession().catch((e) => note(e.message)));

@@ -129,6 +129,9 @@ export function setView(json) {
   }
   $("form-fields").hidden = json;
   $("json-fields").hidden = !json;
+  // The hidden form's checks (a required name) must not block a submit of the JSON view:
+  // the JSON is checked here and by the API, whose message shows below the button.
+  $("agent-form").noValidate = json;
   $("view-form").setAttribute("aria-pressed", String(!json));
   $("view-json").setAttribute("aria-pressed", String(json));
 }
@@ -141,6 +144,11 @@ export async function saveAgent(event) {
     agent = jsonMode() ? JSON.parse($("f-json").value) : formAgent();
   } catch (err) {
     msg.textContent = "invalid JSON: " + err.message;
+    msg.className = "msg bad";
+    return;
+  }
+  if (!agent || typeof agent !== "object" || Array.isArray(agent)) {
+    msg.textContent = "the JSON must be an object: {\"name\": …, \"spec\": {…}}";
     msg.className = "msg bad";
     return;
   }
