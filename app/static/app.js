@@ -32,7 +32,10 @@ async function connect(asked) {
     syncComposer();
     const saved = store.get("agent");
     if (saved && ui.agents.some((a) => a.name === saved)) await selectAgent(saved);
-    else if (!ui.editing) newAgent();
+    else {
+      if (!ui.editing) newAgent();
+      goTo("agents");
+    }
   } catch (err) {
     ui.agents = [];
     ui.connected = false;
@@ -67,7 +70,8 @@ function renderAgents() {
   const list = $("agent-list");
   list.replaceChildren(...ui.agents.map((a) =>
     listButton(a.name, a.spec.kind + " · " + (a.spec.model || "—") + " · v" + a.version,
-               a.name === ui.agent, () => selectAgent(a.name))));
+               a.name === ui.agent,
+               () => selectAgent(a.name).then(() => goTo("sessions")).catch((e) => note(e.message)))));
 }
 
 async function selectAgent(name) {
@@ -87,7 +91,8 @@ async function loadSessions() {
   const page = await api("GET", "/v1/sessions?limit=50&agent=" + encodeURIComponent(ui.agent));
   list.replaceChildren(...page.data.map((s) =>
     listButton(s.id, new Date(s.created_at).toLocaleString(),
-               s.id === ui.session, () => selectSession(s.id))));
+               s.id === ui.session,
+               () => selectSession(s.id).then(() => goTo("chat")).catch((e) => note(e.message)))));
   const saved = store.get("session");
   if (!ui.session && saved && page.data.some((s) => s.id === saved)) await selectSession(saved);
 }
@@ -96,6 +101,7 @@ async function newSession() {
   if (!ui.agent) return;
   const s = await api("POST", "/v1/sessions", { agent: ui.agent });
   ui.session = null;
+  goTo("chat");
   await selectSession(s.id);
   $("composer-input").focus();
 }
@@ -393,6 +399,7 @@ function renderApproval(run, calls) {
     box.append(row);
   }
   box.hidden = false;
+  goTo("chat");
   box.querySelector("button.approve").focus();
 }
 
@@ -512,6 +519,21 @@ function dropStream() {
 
 // ---------------------------------------------------------------- tabs and keys
 
+// Narrow screens (the switcher shows) see one panel at a time; wide ones see them all.
+const NARROW = window.matchMedia("(max-width: 760px)");
+
+function showPanel(name) {
+  $("grid").dataset.view = name;
+  for (const b of $("views").querySelectorAll("button")) {
+    b.setAttribute("aria-pressed", String(b.dataset.panel === name));
+  }
+}
+
+// After an action, go where its result is (only when one panel shows at a time).
+function goTo(name) {
+  if (NARROW.matches) showPanel(name);
+}
+
 function showTab(name) {
   for (const tab of ["agent", "memory"]) {
     const on = tab === name;
@@ -539,7 +561,14 @@ function wire() {
     ui.session = null;
     connect(true);
   });
-  $("agent-new").addEventListener("click", () => { newAgent(); $("f-name").focus(); });
+  $("agent-new").addEventListener("click", () => {
+    newAgent();
+    goTo("inspector");
+    $("f-name").focus();
+  });
+  for (const b of $("views").querySelectorAll("button")) {
+    b.addEventListener("click", () => showPanel(b.dataset.panel));
+  }
   $("session-new").addEventListener("click", () => newSession().catch((e) => note(e.message)));
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
