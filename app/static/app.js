@@ -5,6 +5,7 @@ import {
   editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, syncKind,
   toolBoxes,
 } from "./editor.js";
+import { renderSessions, setTitle, titleFrom, titleOf } from "./sessions.js";
 
 const WAITING = V.statuses.REQUIRES_ACTION;  // a run waiting for a person (approvals)
 
@@ -85,16 +86,34 @@ async function selectAgent(name) {
   await loadSessions();
 }
 
+const sessionHandlers = {
+  select: (id) => selectSession(id).then(() => goTo("chat")).catch((e) => note(e.message)),
+  deleted: (id) => {
+    if (id !== ui.session) return;
+    detachRun();
+    ui.session = null;
+    store.set("session", null);
+    $("chat-title").textContent = "";
+    $("transcript").replaceChildren();
+    setRunBar(null);
+    setComposer(false);
+  },
+  error: (message) => note(message),
+};
+
 async function loadSessions() {
-  const list = $("session-list");
-  if (!ui.agent) { list.replaceChildren(); return; }
+  if (!ui.agent) { ui.sessions = []; renderSessions(sessionHandlers); return; }
   const page = await api("GET", "/v1/sessions?limit=50&agent=" + encodeURIComponent(ui.agent));
-  list.replaceChildren(...page.data.map((s) =>
-    listButton(s.id, new Date(s.created_at).toLocaleString(),
-               s.id === ui.session,
-               () => selectSession(s.id).then(() => goTo("chat")).catch((e) => note(e.message)))));
+  ui.sessions = page.data;
+  renderSessions(sessionHandlers);
   const saved = store.get("session");
   if (!ui.session && saved && page.data.some((s) => s.id === saved)) await selectSession(saved);
+}
+
+function showChatTitle() {
+  const s = ui.sessions.find((x) => x.id === ui.session);
+  $("chat-title").textContent = ui.session ? "· " + ui.agent + " / " + (s ? titleOf(s) : ui.session) : "";
+  $("chat-title").title = ui.session || "";
 }
 
 async function newSession() {
@@ -110,8 +129,8 @@ async function selectSession(id) {
   detachRun();
   ui.session = id;
   store.set("session", id);
-  $("chat-title").textContent = "· " + ui.agent + " / " + id;
   await loadSessions();
+  showChatTitle();
   const history = await api("GET", "/v1/sessions/" + encodeURIComponent(id) + "/memory");
   renderHistory(history);
   showMemory(history);
@@ -488,11 +507,21 @@ async function send(message) {
     if (!resp.ok) throw await apiError(resp);
     const where = resp.headers.get("Content-Location");
     if (where) run.id = where.split("/").pop();
+    nameAfter(ui.session, message);
     await followRun(run, resp);
   } catch (err) {
     note("could not send: " + err.message);
     setRunBar(null);
   }
+}
+
+// A session without a title is named by its first message (PATCH of its metadata).
+function nameAfter(id, message) {
+  const s = ui.sessions.find((x) => x.id === id);
+  if (!s || titleOf(s) !== s.id) return;
+  setTitle(id, titleFrom(message))
+    .then(() => { renderSessions(sessionHandlers); showChatTitle(); })
+    .catch((err) => note("could not name the session: " + err.message));
 }
 
 async function cancelRun() {

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.app.test_playground import KEY, last, server, shot
+from tests.app.test_playground import KEY, last, page, server, shot
 
 pytestmark = [pytest.mark.live, pytest.mark.kernel, pytest.mark.slow]
-__all__ = ["server"]  # the fixture, shared with test_playground
+__all__ = ["page", "server"]  # the fixtures, shared with test_playground
 
 
 def _connect(page: Any) -> None:
@@ -91,9 +92,57 @@ def test_the_defects_are_fixed(server: str) -> None:
 
 
 def test_the_icon(server: str) -> None:
-    import httpx
-
     with httpx.Client(base_url=server) as http:
         icon = http.get("/favicon.ico")
         assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
         assert icon.text.startswith("<svg")
+
+
+def test_sessions_are_named_renamed_and_deleted(page: Any, server: str) -> None:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    _connect(page)
+    page.locator("#agent-list button", has_text="coder").click()
+    page.click("#session-new")
+    expect(page.locator("#composer-input")).to_be_focused()
+    page.keyboard.type("Primes below fifty, please\nand their product")
+    page.keyboard.press("Enter")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    # Named by its first message's first line; the id on hover; kept on the server.
+    item = page.locator("#session-list li.session").first
+    expect(item.locator(".session-open")).to_contain_text("Primes below fifty, please")
+    sid = page.evaluate("window.playground.state.session")
+    assert item.locator(".session-open").get_attribute("title") == sid
+    expect(page.locator("#chat-title")).to_contain_text("coder / Primes below fifty, please")
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        assert http.get(f"/v1/sessions/{sid}").json()["metadata"] == {
+            "title": "Primes below fifty, please"
+        }
+        # A second message leaves the title alone.
+        page.keyboard.type("again")
+        page.keyboard.press("Enter")
+        expect(page.locator("#run-status")).to_have_text("completed")
+        expect(item.locator(".session-open")).to_contain_text("Primes below fifty, please")
+
+        # Renamed in place (Enter saves), then kept by the server.
+        item.locator(".session-rename").click()
+        expect(page.locator("#session-list input.session-title")).to_be_focused()
+        page.keyboard.press("Control+A")
+        page.keyboard.type("My primes")
+        page.keyboard.press("Enter")
+        expect(item.locator(".session-open")).to_contain_text("My primes")
+        assert http.get(f"/v1/sessions/{sid}").json()["metadata"]["title"] == "My primes"
+        shot(page, "21-session-renamed")
+
+        # Deleted after a confirmation: gone from the list, the chat and the server.
+        item.locator(".session-delete").click()
+        expect(item).to_contain_text("Delete “My primes”")
+        item.locator(".session-keep").click()  # not yet
+        expect(item.locator(".session-open")).to_contain_text("My primes")
+        item.locator(".session-delete").click()
+        item.locator(".session-confirm").click()
+        expect(page.locator("#session-list li.session")).to_have_count(0)
+        expect(page.locator("#transcript .msg-item")).to_have_count(0)
+        expect(page.locator("#composer-input")).to_be_disabled()
+        assert http.get(f"/v1/sessions/{sid}").status_code == 404
