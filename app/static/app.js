@@ -3,8 +3,8 @@ import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from ".
 import { $, ACTIVE, ENDS, EV, V, ui } from "./common.js";
 import {
   editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, syncKind,
-  toolBoxes,
 } from "./editor.js";
+import { showTools, wireTools } from "./tools.js";
 import { renderSessions, setTitle, titleFrom, titleOf } from "./sessions.js";
 
 const WAITING = V.statuses.REQUIRES_ACTION;  // a run waiting for a person (approvals)
@@ -629,7 +629,8 @@ function wire() {
     });
   }
   fillSelect($("f-kind"), V.kinds, "agent");
-  toolBoxes([]);
+  wireTools();
+  showTools({});
   syncKind();
 }
 

@@ -146,3 +146,57 @@ def test_sessions_are_named_renamed_and_deleted(page: Any, server: str) -> None:
         expect(page.locator("#transcript .msg-item")).to_have_count(0)
         expect(page.locator("#composer-input")).to_be_disabled()
         assert http.get(f"/v1/sessions/{sid}").status_code == 404
+
+
+def test_tools_mcp_servers_and_approval_in_the_form(page: Any, server: str) -> None:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    _connect(page)
+    page.click("#agent-new")
+    page.fill("#f-name", "formbot")
+    page.select_option("#f-kind", "tool_agent")
+    page.select_option("#f-model", "scripted")
+    # The tools a user adds; not the agent loop's own actions, nor `mcp` (a server list below).
+    tools = page.locator("#f-tools input.tool-use")
+    names = [tools.nth(i).get_attribute("value") for i in range(tools.count())]
+    assert "IPythonInteractive" in names and "SendMessage" in names
+    assert not {"FinishAction", "InvalidAction", "NoAction", "mcp"} & set(names), names
+    page.check("#f-tools input.tool-use[value=IPythonInteractive]")
+    page.check("#f-tools input.tool-ask[value=IPythonInteractive]")
+    page.click("#f-mcp-add")
+    expect(page.locator("#f-mcp-list .mcp-where")).to_be_focused()
+    page.keyboard.type("https://mcp.example.com/mcp")
+    page.fill("#f-mcp-list .mcp-name", "calc")
+    page.click("#f-mcp-add")
+    page.locator("#f-mcp-list .mcp-where").nth(1).fill("python -m my_server")
+    page.fill("#f-approval-timeout", "600")
+    page.select_option("#f-approval-on-timeout", "cancel")
+    shot(page, "22-tools-form")
+    page.click("#agent-save")
+    expect(page.locator("#agent-msg")).to_contain_text("saved formbot v1")
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        spec = http.get("/v1/agents/formbot").json()["spec"]
+        assert [(t["name"], t["config"]) for t in spec["tools"]] == [
+            ("IPythonInteractive", {}),
+            ("mcp", {"url": "https://mcp.example.com/mcp", "name": "calc"}),
+            ("mcp", {"command": ["python", "-m", "my_server"]}),
+        ]
+        assert spec["approval"] == {
+            "tools": ["IPythonInteractive"], "timeout_s": 600, "on_timeout": "cancel"
+        }  # fmt: skip
+        # Back in the form (a reload): the same fields; every call waits, one server less.
+        page.reload()
+        expect(page.locator("#conn")).to_contain_text("connected")
+        expect(page.locator("#f-name")).to_have_value("formbot")
+        expect(page.locator("#f-tools input.tool-ask[value=IPythonInteractive]")).to_be_checked()
+        expect(page.locator("#f-mcp-list .mcp-where")).to_have_count(2)
+        expect(page.locator("#f-mcp-list .mcp-name").first).to_have_value("calc")
+        page.locator("#f-mcp-list .mcp-remove").nth(1).click()
+        page.check("#f-approval-all")
+        expect(page.locator("#f-tools input.tool-ask[value=IPythonInteractive]")).to_be_disabled()
+        page.click("#agent-save")
+        expect(page.locator("#agent-msg")).to_contain_text("saved formbot v2")
+        spec = http.get("/v1/agents/formbot").json()["spec"]
+        assert [t["name"] for t in spec["tools"]] == ["IPythonInteractive", "mcp"]
+        assert spec["approval"] == {"tools": "all", "timeout_s": 600, "on_timeout": "cancel"}
