@@ -262,6 +262,7 @@ function detachRun() {
 }
 
 function setRunBar(run) {
+  ui.shownRun = run && run.id ? run.id : null;  // the run on the screen (View code)
   const badge = $("run-status");
   badge.textContent = run ? run.status : "no run";
   badge.dataset.status = run ? run.status : "";

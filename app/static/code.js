@@ -94,7 +94,9 @@ export function codeBlocks(state) {
 export function pageState() {
   const agent = ui.agents.find((a) => a.name === ui.agent) || null;
   const users = [...document.querySelectorAll("#transcript .msg-item.user .body")];
-  const run = ui.run && ui.run.id ? { id: ui.run.id, calls: ui.run.calls || [] } : null;
+  const followed = ui.run && ui.run.id ? ui.run : null;
+  const id = followed ? followed.id : ui.shownRun;
+  const run = id ? { id, calls: (followed && followed.calls) || [] } : null;
   return {
     origin: window.location.origin,
     key: store.get("key"),
