@@ -109,3 +109,35 @@ def test_the_timeline_of_a_tool_run(page: Any, server: str) -> None:
         mp.setitem(namespace, "print", lambda *a: printed.append(a))
         exec(python, namespace)  # the page's own Python, against this server
     assert "The sandbox ran the code above" in str(printed[0][0])
+
+
+def test_a_trace_id_links_to_the_trace_url(page: Any) -> None:
+    """A run that carries a trace id (tracing on: docs/observability.md) links to it with
+    AGENTSTATION_TRACE_URL; without the URL the id shows as text; without an id, nothing."""
+    from app.api.playground import vocabulary
+
+    assert vocabulary(None, "http://127.0.0.1:16686/trace/{trace_id}")["traceUrl"] == (
+        "http://127.0.0.1:16686/trace/{trace_id}"
+    )
+    assert vocabulary(None)["traceUrl"] is None
+    assert page.evaluate("window.AGENTSTATION.traceUrl") is None  # not configured here
+    page.click("#tab-timeline")
+    draw = """async ([trace, url]) => {
+        const m = await import('/playground/timeline.js');
+        const run = {id: 'run_1', status: 'completed', created_at: '2026-01-01T00:00:00Z',
+                     started_at: '2026-01-01T00:00:00Z', finished_at: '2026-01-01T00:00:02Z',
+                     usage: {prompt_tokens: 3, completion_tokens: 4, total_tokens: 7},
+                     trace_id: trace};
+        m.drawTimeline([{event: 'run.created', data: {run}},
+                        {event: 'run.completed', data: {run}}], () => null, url);
+        const link = document.querySelector('#timeline .tl-trace');
+        return link ? [link.tagName, link.textContent, link.getAttribute('href')] : null;
+    }"""
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert page.evaluate(draw, [trace, "http://127.0.0.1:16686/trace/{trace_id}"]) == [
+        "A",
+        f"trace {trace}",
+        f"http://127.0.0.1:16686/trace/{trace}",
+    ]
+    assert page.evaluate(draw, [trace, None]) == ["SPAN", f"trace {trace}", None]
+    assert page.evaluate(draw, [None, None]) is None
