@@ -16,8 +16,9 @@ from app.ops.config import OpsSettings
 from app.ops.instrument import instrument_models, observe_runs, record_run, sample_kernel_pool
 from app.ops.logging import RequestIdMiddleware, configure_logging
 from app.ops.metrics import Metrics, MetricsMiddleware
-from app.ops.ratelimit import RateLimit, RateLimitMiddleware, TokenBucketLimiter
+from app.ops.ratelimit import RateLimit, RateLimitMiddleware
 from app.ops.retention import RetentionPolicy, RetentionSweeper, SessionDeleted
+from app.ops.shared_limits import FleetLimiter
 
 if TYPE_CHECKING:
     from app.state import AppState
@@ -30,7 +31,7 @@ class Ops:
     """What ``install_ops`` set up (also at ``app.state.ops``)."""
 
     metrics: Metrics
-    limiter: TokenBucketLimiter | None
+    limiter: FleetLimiter | None  # counted in PostgreSQL once bound to it (start_ops)
 
 
 def install_ops(app: FastAPI, settings: OpsSettings) -> Ops:
@@ -41,7 +42,7 @@ def install_ops(app: FastAPI, settings: OpsSettings) -> Ops:
     # Starlette runs the last-added middleware first: request id, then metrics, then the limit,
     # so 429s are counted and logged with their request id.
     if settings.rate_limit:
-        limiter = TokenBucketLimiter(RateLimit.parse(settings.rate_limit))
+        limiter = FleetLimiter(RateLimit.parse(settings.rate_limit))
         app.add_middleware(
             RateLimitMiddleware, limiter=limiter, on_limited=metrics.rate_limited.inc
         )
@@ -87,6 +88,8 @@ def start_retention(
 def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
     """Lifespan part: instrument models, sample live state, start retention; returns a closer."""
     metrics = ops.metrics
+    if ops.limiter is not None:
+        ops.limiter.bind(state.engine)  # PostgreSQL: one counter for the fleet
     instrument_models(state.models.handles, metrics)
     metrics.observe_db_pool(state.engine.sync_engine.pool)
 
