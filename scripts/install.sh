@@ -8,7 +8,8 @@ ENGINE_EXTRA=${ENGINE_EXTRA:-cpu}
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=""
   # chromium: the playground's browser test (Playwright drives it; no browser download).
-  for pkg in bubblewrap python3 python3-venv wrk chromium; do
+  # nginx: the fleet tests run deploy/nginx/nginx.conf (only as the tests start it; no service).
+  for pkg in bubblewrap python3 python3-venv wrk chromium nginx; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
