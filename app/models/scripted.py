@@ -1,14 +1,8 @@
-"""The ``scripted`` backend: replies replayed in order and cycled, or an echo (demos, tests).
-
-A reply is a text, or a tool-call turn ``{"content": "...", "tool_calls": [{"name": "f",
-"arguments": {...}}]}``: its calls arrive as a tool-call parser reports them
-(``LLMDelta.extra["tool_calls"]``), so a client's function tools can be scripted ("call X with
-Y, then answer Z" is ``cycle: "conversation"`` with the call first and the answer second)."""
+"""The ``scripted`` backend: replies replayed in order and cycled, or an echo (demos, tests)."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,9 +10,6 @@ from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
 from agents.llms.scripted import split_words
 from app.engines.base import ModelHandle
 from app.models.raw import LLMRawBackend
-
-# A text, or a tool-call turn {"content": ..., "tool_calls": [{"name", "arguments"}]}.
-Reply = str | dict[str, Any]
 
 
 def count_words(
@@ -56,7 +47,7 @@ class ScriptedModelLLM(AsyncBaseLLM):
 
     def __init__(
         self,
-        replies: list[Reply] | None = None,
+        replies: list[str] | None = None,
         chunk_delay_s: float = 0.0,
         cycle: str = "model",
         **gen_params: Any,
@@ -69,7 +60,7 @@ class ScriptedModelLLM(AsyncBaseLLM):
         self.cycle = cycle
         self._next = 0
 
-    def next_reply(self, messages: Messages) -> Reply:
+    def next_reply(self, messages: Messages) -> str:
         """The next scripted reply, or the last user message when no replies are configured.
 
         ``cycle="model"``: replies in turn across every call. ``cycle="conversation"``: the
@@ -87,11 +78,7 @@ class ScriptedModelLLM(AsyncBaseLLM):
         return reply
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
-        reply = self.next_reply(messages)
-        calls = reply.get("tool_calls") if isinstance(reply, dict) else None
-        if isinstance(reply, dict):
-            reply = str(reply.get("content") or "")
-        pieces = split_words(reply)
+        pieces = split_words(self.next_reply(messages))
         limit = params.get("max_new_tokens")
         finish = "stop"
         if isinstance(limit, int) and 0 < limit < len(pieces):
@@ -100,17 +87,14 @@ class ScriptedModelLLM(AsyncBaseLLM):
             if i and self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             yield LLMDelta(text=piece)
-        if calls:
-            yield LLMDelta(extra={"tool_calls": copy.deepcopy(list(calls))})
         usage = Usage(prompt_tokens=count_words(messages), completion_tokens=len(pieces))
         yield LLMDelta(finish_reason=finish, usage=usage)
 
 
 def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
-    """A scripted model (``replies``: texts or tool-call turns, ``chunk_delay_s``, ``cycle``,
-    optional ``gen_params``)."""
+    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, optional ``gen_params``)."""
     llm = ScriptedModelLLM(
-        replies=[r if isinstance(r, dict) else str(r) for r in config.get("replies") or []],
+        replies=[str(r) for r in config.get("replies") or []],
         chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
         cycle=str(config.get("cycle", "model")),
         **config.get("gen_params", {}),

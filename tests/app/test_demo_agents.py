@@ -147,19 +147,3 @@ def test_a_conversation_cycle_follows_each_conversation() -> None:
     assert llm.next_reply([user, said, user, said, user]) == "call"
     with pytest.raises(ValueError, match="cycle"):
         ScriptedModelLLM(["a"], cycle="random")
-
-
-async def test_a_scripted_tool_call_turn_reports_its_calls_then_the_answer_follows() -> None:
-    call = {"name": "exec_command", "arguments": {"cmd": "echo hi"}}
-    llm = ScriptedModelLLM(
-        [{"content": "", "tool_calls": [call]}, "It printed hi."], cycle="conversation"
-    )
-    user: Any = {"role": "user", "content": "run it"}
-    deltas = [d async for d in llm.astream([user])]
-    assert [c for d in deltas for c in d.extra.get("tool_calls", [])] == [call]
-    assert "".join(d.text for d in deltas) == ""
-    asked: Any = {"role": "assistant", "content": None, "tool_calls": [call]}
-    result: Any = {"role": "tool", "tool_call_id": "c1", "content": "hi"}
-    deltas = [d async for d in llm.astream([user, asked, result])]
-    assert "".join(d.text for d in deltas) == "It printed hi."
-    assert not any(d.extra for d in deltas)
