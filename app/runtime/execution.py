@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
-from agents.llms.base import Usage
+from agents.llms.base import Usage, instructions_scope
 from agents.llms.upstreams import route_key
 from agents.memory import load_message
 from app.db.models import Run
@@ -47,7 +47,9 @@ async def execute(deps: JobDeps, job: Job) -> None:
                 raise asyncio.CancelledError  # cancelled while queued
             job.started = True
             turn = await _begin(deps, job, lambda: result.usage)
-            with budget_scope(turn.budget):  # checked before every model call of the turn
+            # The budget is checked before every model call of the turn; the turn's own
+            # instructions (if any) are added to every model call's system messages.
+            with budget_scope(turn.budget), instructions_scope(job.instructions):
                 if job.resume is None:
                     await run_turn(
                         turn.agent, job.message, job.session_key, job.gen_params, job.channel,
