@@ -1,23 +1,27 @@
 """Engine fleet: session affinity (``routing: session``) against round robin, side by side.
 
-Two vLLM CPU servers (``python -m vllm.entrypoints.openai.api_server``, the demo model, prefix
-caching on, stats on so ``/metrics`` counts prefix-cache queries and hits) behind the gateway's
-``openai`` backend with ``upstreams`` (``app.models.openai_backend.create_openai_handle``: the
-fleet code itself, ``FleetRawBackend`` over ``UpstreamPool``), one handle per policy.
+A fleet of two vLLM CPU servers per policy (``python -m vllm.entrypoints.openai.api_server``,
+the demo model, prefix caching on, stats on so ``/metrics`` counts prefix-cache queries and
+hits; each policy its own pair, so neither policy's requests fill or evict the other's cache)
+behind the gateway's ``openai`` backend with ``upstreams``
+(``app.models.openai_backend.create_openai_handle``: the fleet code itself,
+``FleetRawBackend`` over ``UpstreamPool``), one handle per policy.
 ``--sessions`` conversations (16) of ``--turns`` turns (20) each: a turn streams the whole
 history plus a new user message (greedy, at most ``--max-tokens`` tokens) and appends the
 answer. Turn by turn, all sessions of one policy send their turn at once (in a shuffled
 order, as requests arrive), then all sessions of the other policy (which goes first
 alternates per turn), so machine noise hits both. Each policy's sessions share one system
-prompt (an agent's instructions, ~300 tokens) and the two policies' prompts differ: neither can
-hit the other's cached prefixes. Reported per policy:
+prompt (an agent's instructions, ~300 tokens). ``--kv-cache-mib`` sizes each server's KV
+cache (the demo model takes 1 KiB per token): how much of the sessions' histories a server can
+keep is what affinity saves (round robin keeps every session on both servers). Reported per policy:
 the prefix-cache hit rate (hits / queried tokens, the servers' ``vllm:prefix_cache_*``
 counters over that policy's requests) overall and on the last turn, and the TTFT (request
 sent to the first content chunk) of the last turn, median and p90 over the sessions. Goal
 (issue 27): affinity's last-turn TTFT ≤ 0.7× round robin's.
 
-``python -m bench.engine_affinity [--sessions 16] [--turns 20] [--max-tokens 16]`` (prints
-JSON rows and a table; writes bench/results/engine_affinity.json).
+``python -m bench.engine_affinity [--sessions 16] [--turns 20] [--max-tokens 16]
+[--kv-cache-mib 64]`` (prints JSON rows and a table; writes
+bench/results/engine_affinity-kv<MiB>.json).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any
 import aiohttp
 
 from bench.common import RESULTS_DIR, ServerProcess, free_port
-from bench.engine import ENGINE_ENV, KV_CACHE_BYTES, START_TIMEOUT_S
+from bench.engine import ENGINE_ENV, START_TIMEOUT_S
 from bench.report import markdown_table
 
 POLICIES = ("session", "round_robin")
@@ -57,13 +61,13 @@ QUESTIONS = (
 )
 
 
-def vllm_server(model_dir: Path) -> ServerProcess:
+def vllm_server(model_dir: Path, kv_cache_bytes: int) -> ServerProcess:
     """vLLM's OpenAI server with the bench engine settings, stats on (for ``/metrics``)."""
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
     cmd += ["--served-model-name", "demo", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--dtype", "bfloat16", "--enforce-eager", "--seed", "0", "--max-model-len", "4096"]
-    cmd += ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--enable-prefix-caching"]
+    cmd += ["--kv-cache-memory-bytes", str(kv_cache_bytes), "--enable-prefix-caching"]
     cmd += ["--disable-uvicorn-access-log"]
     server = ServerProcess("vllm-affinity", cmd, port, env=ENGINE_ENV, ready_path="/health")
     server.ready_timeout_s = START_TIMEOUT_S
@@ -107,14 +111,21 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(urls: list[str], sessions: int, turns: int, max_tokens: int) -> dict[str, Any]:
-    """Run both policies turn by turn; per policy: hit rates and last-turn TTFTs."""
+async def measure(
+    fleets: dict[str, list[str]], sessions: int, turns: int, max_tokens: int
+) -> dict[str, Any]:
+    """Run both policies turn by turn (``fleets``: each policy's server URLs); per policy: hit
+    rates and last-turn TTFTs."""
     from app.models.openai_backend import create_openai_handle
 
-    upstreams = [u + "/v1" for u in urls]
     handles = {
         p: create_openai_handle(
-            {"name": f"demo-{p}", "model": "demo", "upstreams": upstreams, "routing": p}
+            {
+                "name": f"demo-{p}",
+                "model": "demo",
+                "upstreams": [u + "/v1" for u in fleets[p]],
+                "routing": p,
+            }
         )
         for p in POLICIES
     }
@@ -137,13 +148,13 @@ async def measure(urls: list[str], sessions: int, turns: int, max_tokens: int) -
             order = POLICIES if turn % 2 == 0 else POLICIES[::-1]
             for policy in order:
                 raw = handles[policy].raw
-                before = await prefix_counters(http, urls)
+                before = await prefix_counters(http, fleets[policy])
                 ids = list(range(sessions))
                 rng.shuffle(ids)
                 got = await asyncio.gather(
                     *(one_turn(raw, f"{policy}-{s}", histories[policy][s], max_tokens) for s in ids)
                 )
-                after = await prefix_counters(http, urls)
+                after = await prefix_counters(http, fleets[policy])
                 queried, hit = after[0] - before[0], after[1] - before[1]
                 counts[policy][0] += queried
                 counts[policy][1] += hit
@@ -187,15 +198,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--kv-cache-mib", type=int, default=64)
     args = parser.parse_args(argv)
     from app.demo_model import build_demo_model
 
     with contextlib.ExitStack() as stack:
         model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
         # One at a time: two engines loading at once on 2 cores only slows both.
-        servers = [stack.enter_context(vllm_server(model_dir)) for _ in range(2)]
-        urls = [s.base_url for s in servers]
-        result = asyncio.run(measure(urls, args.sessions, args.turns, args.max_tokens))
+        kv = args.kv_cache_mib * 2**20
+        fleets = {
+            p: [stack.enter_context(vllm_server(model_dir, kv)).base_url for _ in range(2)]
+            for p in POLICIES
+        }
+        result = asyncio.run(measure(fleets, args.sessions, args.turns, args.max_tokens))
+        result["kv_cache_mib"] = args.kv_cache_mib
     for row in result["rows"]:
         print(json.dumps(row))
     print(markdown_table(result["rows"]))
@@ -203,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "met" if met else "not met"
     print(f"last-turn TTFT p50, session / round robin: {ratio} (goal {result['goal']}: {verdict})")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "engine_affinity.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = RESULTS_DIR / f"engine_affinity-kv{args.kv_cache_mib}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
