@@ -16,8 +16,9 @@ from app.ops.config import OpsSettings
 from app.ops.instrument import instrument_models, observe_runs, record_run, sample_kernel_pool
 from app.ops.logging import RequestIdMiddleware, configure_logging
 from app.ops.metrics import Metrics, MetricsMiddleware
-from app.ops.ratelimit import RateLimit, RateLimitMiddleware, TokenBucketLimiter
+from app.ops.ratelimit import RateLimit, RateLimitMiddleware
 from app.ops.retention import RetentionPolicy, RetentionSweeper, SessionDeleted
+from app.ops.shared_limits import FleetLimiter
 from app.ops.tracing import Tracing, setup_tracing, start_tracing
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class Ops:
     """What ``install_ops`` set up (also at ``app.state.ops``)."""
 
     metrics: Metrics
-    limiter: TokenBucketLimiter | None
+    limiter: FleetLimiter | None  # counted in PostgreSQL once bound to it (start_ops)
     tracing: Tracing | None = None  # OpenTelemetry, when configured (app/ops/tracing.py)
 
 
@@ -43,7 +44,7 @@ def install_ops(app: FastAPI, settings: OpsSettings) -> Ops:
     # Starlette runs the last-added middleware first: request id, then metrics, then the limit,
     # so 429s are counted and logged with their request id.
     if settings.rate_limit:
-        limiter = TokenBucketLimiter(RateLimit.parse(settings.rate_limit))
+        limiter = FleetLimiter(RateLimit.parse(settings.rate_limit))
         app.add_middleware(
             RateLimitMiddleware, limiter=limiter, on_limited=metrics.rate_limited.inc
         )
@@ -94,6 +95,8 @@ def start_retention(
 def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
     """Lifespan part: instrument models, sample live state, start retention; returns a closer."""
     metrics = ops.metrics
+    if ops.limiter is not None:
+        ops.limiter.bind(state.engine)  # PostgreSQL: one counter for the fleet
     providers = {name: config.backend for name, config in state.models.configs.items()}
     instrument_models(state.models.handles, metrics, providers)
     close_tracing = start_tracing(state, ops.tracing) if ops.tracing is not None else None
