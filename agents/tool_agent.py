@@ -18,6 +18,7 @@ import inspect
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, TypeGuard
 
+from agents import tracing
 from agents.actions.approval import (
     PAUSE,
     Decision,
@@ -480,8 +481,10 @@ class AsyncToolAgent(_ToolLoop, AsyncAgent):
         pending: PendingApproval | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[AgentMessage]:
-        """``resume`` as a stream of chunks, like ``stream``."""
-        return self._resume(decisions, session_id, pending, kwargs)
+        """``resume`` as a stream of chunks, like ``stream`` (and traced like it)."""
+        stream = self._resume(decisions, session_id, pending, kwargs)
+        tracer = tracing.TRACER  # a hook point (agents/tracing.py: invoke_agent)
+        return stream if tracer is None else tracer.agent(self, session_id, stream)
 
 
 class ToolAgent(_ToolLoop, Agent):
