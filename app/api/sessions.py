@@ -24,6 +24,7 @@ from app.deps import (
 )
 from app.errors import ValidationFailed
 from app.ops.budget_store import session_usage
+from app.runtime.kernels import FleetKernelPool
 from app.runtime.runs import run_public
 from app.schemas.sessions import (
     RunCreate,
@@ -146,6 +147,8 @@ async def reset_session(session_id: str, who: PrincipalDep, state: StateDep) -> 
     async with state.run_manager.writing_memory(row.pk, session_id) as db:
         await service.reset_memory(db, row)
     await _shutdown_kernel(state, f"{who.tenant_id}:{session_id}")
+    if isinstance(state.kernel_pool, FleetKernelPool):  # a fresh kernel asked for: no restart
+        await state.kernel_pool.forget_session(row.pk)
     return service.to_public(row, agent.name)
 
 

@@ -20,6 +20,7 @@ from app.ops.logging import run_id_var
 from app.runtime.approvals import waiting_state
 from app.runtime.finish import finish, finish_safely, guard
 from app.runtime.jobs import CANCEL_MODES, Job, JobDeps, Turn
+from app.runtime.kernels import kernel_turn
 from app.runtime.memory_cache import memory_nodes, plain_memories
 from app.runtime.runner import TurnResult, merge_state, resume_turn, run_turn
 from app.schemas.vocab import RunStatus
@@ -48,8 +49,13 @@ async def execute(deps: JobDeps, job: Job) -> None:
             job.started = True
             turn = await _begin(deps, job, lambda: result.usage)
             # The budget is checked before every model call of the turn; the turn's own
-            # instructions (if any) are added to every model call's system messages.
-            with budget_scope(turn.budget), instructions_scope(job.instructions):
+            # instructions (if any) are added to every model call's system messages; a kernel
+            # restart is reported.
+            with (
+                budget_scope(turn.budget),
+                instructions_scope(job.instructions),
+                kernel_turn(job.session_pk, job.channel),
+            ):
                 if job.resume is None:
                     await run_turn(
                         turn.agent, job.message, job.session_key, job.gen_params, job.channel,
