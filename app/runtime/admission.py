@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.base import new_id, transient, utcnow
 from app.db.models import SEQ_BLOCK, Run
 from app.db.models import Session as SessionRow
-from app.errors import NotFound, SessionBusy
+from app.errors import NotFound, SessionBusy, Unavailable
 from app.runtime.budgets import BudgetFigures
 from app.runtime.jobs import input_message
 from app.runtime.messages import dump_message
@@ -45,6 +45,8 @@ class Submission:
     # Set when the session came from a cache: the submission again, its session read afresh
     # (``submit`` calls it when the cached session is gone at admission).
     relookup: Callable[[], Awaitable[Submission]] | None = None
+    # The new run's id (None: a new ``run_...`` id); the Responses API names runs ``resp_...``.
+    run_id: str | None = None
 
 
 # Starts an admitted run's job: (submission, run, memory revision read at admission or None,
@@ -69,6 +71,8 @@ class Admissions:
         self.orphans = orphans
         self.cancel = cancel
         self.start = start
+        # Whether this replica drains (SIGTERM): new turns get 503 ``draining`` (app/ops/drain.py).
+        self.draining: Callable[[], bool] = lambda: False
 
     async def submit(
         self, sub: Submission, lease: TurnLease, inline: bool = False
@@ -76,6 +80,10 @@ class Admissions:
         """Create (or, with a known Idempotency-Key, find) the run; returns (run, created).
         ``lease`` is the turn's (its lookup's connection on PostgreSQL): a started job takes
         what it holds; the caller's ``async with lease`` lets go of the rest."""
+        if self.draining():
+            raise Unavailable(
+                "this replica is shutting down and takes no new turns; retry", code="draining"
+            )
         try:
             return await self._submit(sub, lease, inline)
         except SessionBusy:
@@ -127,7 +135,7 @@ def new_run(sub: Submission) -> Run:
     now = utcnow()
     return transient(
         Run,
-        id=new_id("run"),
+        id=sub.run_id or new_id("run"),
         tenant_id=sub.tenant_id,
         session_pk=sub.session.pk,
         session_id=sub.session.id,

@@ -139,6 +139,8 @@ class RunPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     required_action: RequiredAction | None = None  # status ``requires_action``: the calls
+    # The run's OpenTelemetry trace (32 hex digits) when the service traces (docs/observability.md).
+    trace_id: str | None = None
 
 
 RunList = Page[RunPublic]
