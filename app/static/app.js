@@ -208,20 +208,20 @@ function setRunBar(run) {
 // its model calls reported so far (message events), never a "0 + 0" that only means "not yet".
 function showUsage(run) {
   const el = $("run-usage");
-  let text = "";
+  let label = "";
   let title = "";
   const u = run && run.usage;
   const live = ui.run && run && ui.run.id === run.id ? ui.run.spent : null;
   if (run && ACTIVE.has(run.status)) {
     if (live && live.prompt_tokens + live.completion_tokens > 0) {
-      text = live.prompt_tokens + " in + " + live.completion_tokens + " out so far";
+      label = live.prompt_tokens + " in + " + live.completion_tokens + " out so far";
       title = "tokens of the model calls that ended so far";
     }
   } else if (u && u.total_tokens > 0) {
-    text = u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens";
+    label = u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens";
     title = "usage: prompt, completion and total tokens";
   }
-  el.textContent = text;
+  el.textContent = label;
   el.title = title;
 }
 
