@@ -149,7 +149,6 @@ def test_the_whole_flow_at_400_px(phone: Any) -> None:
     fits(page)
     shot(page, "36-phone-deleted")
 
-
     # Wider again (a tablet, then a laptop): every panel at once, no switcher, still no scroll.
     for width, height in [(900, 700), (1280, 800)]:
         page.set_viewport_size({"width": width, "height": height})
