@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.ops.budget import BudgetSpec
 from app.schemas.common import WHOLE, Int, Name, Page
+from app.schemas.vocab import StrategyName
 
 
 class GenParams(BaseModel):
@@ -123,7 +124,7 @@ class AgentSpec(BaseModel):
     max_turn: Int = Field(default=5, ge=1, le=100)
     # What a message to a busy session does when the request does not say (REST's
     # multitask_strategy, the OpenAI front door's X-Multitask-Strategy); None: reject.
-    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = None
+    multitask_strategy: StrategyName | None = None
     # kind "tool_agent": tool calls that wait for a person (with ``requires_approval`` tools).
     approval: ApprovalSpec | None = None
     # Other agents: inline specs, or stored agents by name (pinned when a session starts).
