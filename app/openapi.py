@@ -92,6 +92,28 @@ _CHAT: Codes = {
     ),
 }
 
+# The Responses API (docs/responses.md): OpenAI's statuses (400 for any invalid request).
+_RESPONSE_404: Codes = {404: ("response_not_found",)}
+_RESPONSES: dict[str, Codes] = {
+    "POST /v1/responses": {
+        400: ("invalid_json", "invalid_body", "invalid_value", "missing_field", "invalid_request"),
+        404: ("model_not_found", "response_not_found", "conversation_not_found"),
+        409: ("session_busy",),
+        429: ("budget_exceeded",),
+        503: ("model_not_ready", "engine_unavailable"),
+    },
+    "GET /v1/responses/{response_id}": {**_RESPONSE_404, 400: ("invalid_value",)},
+    "DELETE /v1/responses/{response_id}": _RESPONSE_404,
+    "POST /v1/responses/{response_id}/cancel": {
+        **_RESPONSE_404,
+        400: ("response_not_cancellable",),
+    },
+    "GET /v1/responses/{response_id}/input_items": {
+        **_RESPONSE_404,
+        400: ("invalid_value", "invalid_cursor", "invalid_request"),
+    },
+}
+
 # What each operation answers beyond the rules (``_V1``, ``_BODY``, ``_PATH``, ``_QUERY``).
 EXTRA: dict[str, Codes] = {
     "GET /v1/models/{model_id}": {404: ("model_not_found",)},
@@ -114,6 +136,7 @@ EXTRA: dict[str, Codes] = {
         422: ("unknown_tool_call", "duplicate_decision", "missing_decision", "invalid_arguments"),
         503: ("model_not_ready",),
     },
+    **_RESPONSES,
 }
 _NAME = {"type": "string", "minLength": 1, "maxLength": NAME_MAX_LENGTH, "pattern": NAME_PATTERN}
 PATH_PARAMETERS: dict[str, dict[str, Any]] = {
@@ -121,13 +144,15 @@ PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     "session_id": _NAME,
     "run_id": {"type": "string", "pattern": "^run_[0-9a-f]{32}$"},  # app.db.base.new_id
     "model_id": {"type": "string", "minLength": 1},  # an agent's or a configured model's name
+    "response_id": {"type": "string", "minLength": 1, "maxLength": 128},
+    "conversation_id": {"type": "string", "minLength": 1, "maxLength": 128},
 }
 
 # Bodies the service validates itself, beyond what the route declares.
 BODIES: dict[str, Any] = {"PUT /v1/sessions/{session_id}/memory": MemoryState}
 
 # Chat completions: FastAPI's 422 is answered as a 400 there (app.errors).
-_NO_422 = {"POST /v1/chat/completions"}
+_NO_422 = {"POST /v1/chat/completions", *_RESPONSES}
 
 
 def error_codes(label: str, operation: dict[str, Any]) -> dict[int, tuple[str, ...]]:
