@@ -18,6 +18,7 @@ import warnings
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
+from agents import tracing
 from agents.aggregator import DefaultAggregator, SystemInstruction
 from agents.hooks import Hook, RemovableHandle, apply_hooks
 from agents.llms.base import AsyncBaseLLM
@@ -195,7 +196,15 @@ class BaseAgent:
             parsed = self.output_format.parse_response(text)
         yield AgentMessage(sender=self.name, content=text, formatted=parsed)
 
-    async def _stream(
+    def _stream(
+        self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> AsyncIterator[AgentMessage]:
+        """One turn's chunks; a tracing hook point (``agents/tracing.py``: ``invoke_agent``)."""
+        stream = self._turn(*message, session_id=session_id, **kwargs)
+        tracer = tracing.TRACER
+        return stream if tracer is None else tracer.agent(self, session_id, stream)
+
+    async def _turn(
         self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
     ) -> AsyncIterator[AgentMessage]:
         hooked = await apply_hooks(

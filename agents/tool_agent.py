@@ -1,10 +1,12 @@
 """Tool-using agents: the lagent README's "Coder" loop as a reusable, streaming class.
 
 model → parser → executor → model, until a reply has no tool call or ``max_turn`` model
-turns were made. Every phase streams: the model's text as ``STREAM_ING`` chunks, a tool call
-as ``CODING`` (code) or ``PLUGIN_START`` (JSON call), its result as ``CODE_RETURN`` /
-``PLUGIN_RETURN``, and the final answer as ``END``. Calls and results are stored in memory
-(with state END), so the next model turn sees them. Nothing the model writes makes it raise.
+turns were made. Every phase streams, in lagent's order: the model's text as ``STREAM_ING``
+chunks; once the call's begin marker is written, the call in progress as ``PLUGIN_START`` (JSON
+call) or ``CODING`` (code) chunks; the complete call as ``PLUGIN_END`` / ``CODE_END``; its result
+as ``PLUGIN_RETURN`` / ``CODE_RETURN``; and the final answer as ``END``. Calls and results are
+stored in memory (with state END), so the next model turn sees them. Nothing the model writes
+makes it raise.
 
 One module of ~350 lines on purpose: the loop's phases (model, parser, executor, the pause
 before a call that needs approval and its resume) share the loop's state.
@@ -16,6 +18,7 @@ import inspect
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, TypeGuard
 
+from agents import tracing
 from agents.actions.approval import (
     PAUSE,
     Decision,
@@ -40,6 +43,8 @@ from agents.schema import (
 )
 
 _STREAM_ING = AgentStatusCode.STREAM_ING
+_END = AgentStatusCode.END
+_CALL_STARTS = (AgentStatusCode.PLUGIN_START, AgentStatusCode.CODING)
 
 
 def default_tool_parser() -> ToolParser:
@@ -102,11 +107,13 @@ class _ToolLoop(BaseAgent):
         (the call) is the turn's answer and ``self.pending[session_id]`` says what waits."""
         for turn in range(start, self.max_turn):
             reply: AgentMessage | None = None
+            started = False  # a chunk of the call in progress was streamed
             async for chunk in self.model_turn(message, session_id, **kwargs):
-                if chunk.stream_state == _STREAM_ING:
-                    yield chunk
-                else:
+                if chunk.stream_state == _END:
                     reply = chunk
+                else:
+                    started = started or chunk.stream_state in _CALL_STARTS
+                    yield chunk
             assert reply is not None
             parsed = reply.formatted
             if turn == self.max_turn - 1 or not _is_call(parsed):
@@ -128,7 +135,10 @@ class _ToolLoop(BaseAgent):
                     return
                 decision = answer if isinstance(answer, Decision) else None
             self.update_memory(reply, session_id=session_id)
-            state = AgentStatusCode.CODING if code else AgentStatusCode.PLUGIN_START
+            if not started:  # a call without markers (native, bare JSON): still lagent's order
+                state = AgentStatusCode.CODING if code else AgentStatusCode.PLUGIN_START
+                yield reply.model_copy(update={"stream_state": state}, deep=True)
+            state = AgentStatusCode.CODE_END if code else AgentStatusCode.PLUGIN_END
             yield reply.model_copy(update={"stream_state": state}, deep=True)
             if decision is not None and call is not None:
                 result = await self._decided(call, decision, session_id)
@@ -231,6 +241,10 @@ class _ToolLoop(BaseAgent):
         if llm_kwargs is not None:  # native tool calls: the tools go with every model call
             kwargs = {**llm_kwargs(self.executor), **kwargs}
         async for chunk in self._generate(message, session_id, **kwargs):
+            if chunk.stream_state == _STREAM_ING and isinstance(chunk.content, str):
+                state = call_start_state(self.output_format, chunk.content)
+                if state is not None:  # the call is being written (lagent's stream states)
+                    chunk.stream_state = state
             yield chunk
 
     def wants_tool(self, reply: AgentMessage) -> bool:
@@ -274,6 +288,24 @@ class _ToolLoop(BaseAgent):
         if not isinstance(out, AgentMessage):
             out = AgentMessage(sender=sender, content=out)
         return _result(out.sender, out.content)
+
+
+def call_start_state(output_format: Any, text: str) -> AgentStatusCode | None:
+    """``CODING`` / ``PLUGIN_START`` once ``text`` holds the begin marker of a tool call of
+    ``output_format`` (a code call: its parser keeps the action as text), else None."""
+    parsers = getattr(output_format, "parsers", None)
+    candidates = list(parsers.values()) if isinstance(parsers, dict) else [output_format]
+    found = [
+        (text.find(p.begin), p)
+        for p in candidates
+        if isinstance(getattr(p, "begin", None), str) and p.begin and p.begin in text
+    ]
+    if not found:
+        return None
+    parser = min(found, key=lambda item: item[0])[1]
+    if getattr(parser, "validate", None) is None:
+        return AgentStatusCode.CODING
+    return AgentStatusCode.PLUGIN_START
 
 
 def _is_call(parsed: Any) -> TypeGuard[dict[str, Any]]:
@@ -326,8 +358,10 @@ class AsyncToolAgent(_ToolLoop, AsyncAgent):
         pending: PendingApproval | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[AgentMessage]:
-        """``resume`` as a stream of chunks, like ``stream``."""
-        return self._resume(decisions, session_id, pending, kwargs)
+        """``resume`` as a stream of chunks, like ``stream`` (and traced like it)."""
+        stream = self._resume(decisions, session_id, pending, kwargs)
+        tracer = tracing.TRACER  # a hook point (agents/tracing.py: invoke_agent)
+        return stream if tracer is None else tracer.agent(self, session_id, stream)
 
 
 class ToolAgent(_ToolLoop, Agent):

@@ -35,6 +35,11 @@ _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
 }
 
+# The agent loop's own actions (lagent's executor adds them itself): not tools a user adds.
+INTERNAL_TOOLS = frozenset({"FinishAction", "InvalidAction", "NoAction"})
+# Shown as "MCP servers" in the editor: one `mcp` tool per server, with its URL or command.
+MCP_TOOL = "mcp"
+
 router = APIRouter(include_in_schema=False)
 
 
@@ -54,7 +59,11 @@ def vocabulary(registry: Any | None) -> dict[str, Any]:
         "statuses": {s.name: s.value for s in RunStatus},
         "active": sorted(s.value for s in ACTIVE),
         "kinds": sorted(registry.kinds) if registry is not None else [],
-        "tools": sorted(registry.tools) if registry is not None else [],
+        "tools": sorted(
+            name
+            for name in (registry.tools if registry is not None else ())
+            if name not in INTERNAL_TOOLS and name != MCP_TOOL
+        ),
     }
 
 
@@ -62,6 +71,12 @@ def vocabulary(registry: Any | None) -> dict[str, Any]:
 async def index() -> FileResponse:
     """The playground page."""
     return _file("index.html")
+
+
+@router.get("/favicon.ico")
+async def favicon() -> FileResponse:
+    """The page's icon (browsers and tools ask for /favicon.ico; the page links the SVG)."""
+    return _file("favicon.svg")
 
 
 @router.get("/playground/vocab.js")

@@ -34,6 +34,7 @@ from app.schemas.sessions import (
     SessionCreate,
     SessionList,
     SessionPublic,
+    SessionUpdate,
     UsagePublic,
 )
 from app.services import runs as run_service
@@ -78,6 +79,16 @@ async def get_session(session_id: str, db: DbDep, who: PrincipalDep) -> SessionP
         prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
     )
     return public
+
+
+@router.patch("/{session_id}")
+async def update_session(
+    session_id: str, body: SessionUpdate, db: DbDep, who: PrincipalDep
+) -> SessionPublic:
+    """Change the session's metadata (merged; a key set to null is removed), e.g. its title."""
+    row, agent = await service.update_session(db, who.tenant_id, session_id, body)
+    invalidate_on_commit(db, TURN_SESSIONS, (who.tenant_id, session_id))  # cached copies
+    return service.to_public(row, agent.name)
 
 
 @router.delete("/{session_id}", status_code=204)

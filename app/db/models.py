@@ -168,3 +168,17 @@ class RunEvent(Base):
     type: Mapped[str] = mapped_column(sa.String(32))
     data: Mapped[dict[str, Any]] = mapped_column(sa.JSON())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RateLimitState(Base):
+    """One rate-limited caller's GCRA state, shared by the fleet (app.ops.shared_limits).
+
+    ``tat``: the theoretical arrival time (seconds since the epoch) of the caller's next
+    request; a row whose ``tat`` is past is the same as no row (pruned). Unlogged on
+    PostgreSQL (migration 0009): a crash forgets the counts, never a stored fact.
+    """
+
+    __tablename__ = "rate_limits"
+
+    key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    tat: Mapped[float] = mapped_column(sa.Float(precision=53))

@@ -10,6 +10,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 
 from agents.llms.base import Usage
+from agents.llms.upstreams import route_key
 from agents.memory import load_message
 from app.db.models import Run
 from app.errors import database_unavailable, public_error
@@ -32,6 +33,8 @@ async def execute(deps: JobDeps, job: Job) -> None:
     # The run's log lines carry its id; reset at the end, as an inline run shares its context
     # with the request that runs it.
     run_id_token = run_id_var.set(job.run_id)
+    # A model served by several upstreams sends every turn of the session to the same one.
+    route_token = route_key.set(job.session_key)
     result = TurnResult()
     turn: Turn | None = None
     try:
@@ -92,6 +95,7 @@ async def execute(deps: JobDeps, job: Job) -> None:
         job.done.set()
         deps.forget(job)
         run_id_var.reset(run_id_token)
+        route_key.reset(route_token)
 
 
 async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:

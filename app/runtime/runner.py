@@ -15,7 +15,11 @@ from app.runtime.registry import ServableAgent
 from app.schemas.vocab import EventType
 
 # Chunks in these states are a message still being written; any other state completes one.
-GENERATING = frozenset({AgentStatusCode.STREAM_ING})
+# A message in progress: the model's text, or a tool call being written (lagent's
+# PLUGIN_START / CODING, completed by PLUGIN_END / CODE_END).
+GENERATING = frozenset(
+    {AgentStatusCode.STREAM_ING, AgentStatusCode.PLUGIN_START, AgentStatusCode.CODING}
+)
 
 
 def merge_state(

@@ -3,8 +3,9 @@ import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from ".
 import { $, ACTIVE, ENDS, EV, V, ui } from "./common.js";
 import {
   editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, syncKind,
-  toolBoxes,
 } from "./editor.js";
+import { showTools, wireTools } from "./tools.js";
+import { renderSessions, setTitle, titleFrom, titleOf } from "./sessions.js";
 
 const WAITING = V.statuses.REQUIRES_ACTION;  // a run waiting for a person (approvals)
 
@@ -16,23 +17,37 @@ function setConn(text, cls) {
   el.className = "conn " + (cls || "");
 }
 
-async function connect() {
+// ``asked``: the user submitted a key (a 401 is then their key's fault, shown in red); on a
+// first visit without a key the page only asks for one.
+async function connect(asked) {
   try {
     const [agents, models] = await Promise.all([
       api("GET", "/v1/agents?limit=100"), api("GET", "/v1/models"),
     ]);
     ui.agents = agents.data;
     ui.models = models.data.filter((m) => m.kind === "model").map((m) => m.id);
+    ui.connected = true;
     setConn("connected · " + ui.agents.length + " agents", "ok");
     renderAgents();
     fillModelSelect();
+    syncComposer();
     const saved = store.get("agent");
     if (saved && ui.agents.some((a) => a.name === saved)) await selectAgent(saved);
-    else if (!ui.editing) newAgent();
+    else {
+      if (!ui.editing) newAgent();
+      goTo("agents");
+    }
   } catch (err) {
-    setConn(err.status === 401 ? "invalid or missing API key" : "error: " + err.message, "bad");
     ui.agents = [];
+    ui.connected = false;
     renderAgents();
+    syncComposer();
+    if (err.status === 401 && !asked && !store.get("key")) {
+      setConn("enter your API key", "ask");
+      $("api-key").focus();
+    } else {
+      setConn(err.status === 401 ? "invalid or missing API key" : "error: " + err.message, "bad");
+    }
   }
 }
 
@@ -56,7 +71,8 @@ function renderAgents() {
   const list = $("agent-list");
   list.replaceChildren(...ui.agents.map((a) =>
     listButton(a.name, a.spec.kind + " · " + (a.spec.model || "—") + " · v" + a.version,
-               a.name === ui.agent, () => selectAgent(a.name))));
+               a.name === ui.agent,
+               () => selectAgent(a.name).then(() => goTo("sessions")).catch((e) => note(e.message)))));
 }
 
 async function selectAgent(name) {
@@ -66,24 +82,45 @@ async function selectAgent(name) {
   const agent = ui.agents.find((a) => a.name === name);
   if (agent) editAgent(agent);
   $("session-new").disabled = false;
+  syncComposer();
   await loadSessions();
 }
 
+const sessionHandlers = {
+  select: (id) => selectSession(id).then(() => goTo("chat")).catch((e) => note(e.message)),
+  deleted: (id) => {
+    if (id !== ui.session) return;
+    detachRun();
+    ui.session = null;
+    store.set("session", null);
+    $("chat-title").textContent = "";
+    $("transcript").replaceChildren();
+    setRunBar(null);
+    setComposer(false);
+  },
+  error: (message) => note(message),
+};
+
 async function loadSessions() {
-  const list = $("session-list");
-  if (!ui.agent) { list.replaceChildren(); return; }
+  if (!ui.agent) { ui.sessions = []; renderSessions(sessionHandlers); return; }
   const page = await api("GET", "/v1/sessions?limit=50&agent=" + encodeURIComponent(ui.agent));
-  list.replaceChildren(...page.data.map((s) =>
-    listButton(s.id, new Date(s.created_at).toLocaleString(),
-               s.id === ui.session, () => selectSession(s.id))));
+  ui.sessions = page.data;
+  renderSessions(sessionHandlers);
   const saved = store.get("session");
   if (!ui.session && saved && page.data.some((s) => s.id === saved)) await selectSession(saved);
+}
+
+function showChatTitle() {
+  const s = ui.sessions.find((x) => x.id === ui.session);
+  $("chat-title").textContent = ui.session ? "· " + ui.agent + " / " + (s ? titleOf(s) : ui.session) : "";
+  $("chat-title").title = ui.session || "";
 }
 
 async function newSession() {
   if (!ui.agent) return;
   const s = await api("POST", "/v1/sessions", { agent: ui.agent });
   ui.session = null;
+  goTo("chat");
   await selectSession(s.id);
   $("composer-input").focus();
 }
@@ -92,8 +129,8 @@ async function selectSession(id) {
   detachRun();
   ui.session = id;
   store.set("session", id);
-  $("chat-title").textContent = "· " + ui.agent + " / " + id;
   await loadSessions();
+  showChatTitle();
   const history = await api("GET", "/v1/sessions/" + encodeURIComponent(id) + "/memory");
   renderHistory(history);
   showMemory(history);
@@ -116,6 +153,8 @@ async function selectSession(id) {
 // ---------------------------------------------------------------- transcript
 
 function bubble(kind, who) {
+  // A session's first message (sent, or replayed from a run after a reload) ends "No messages".
+  if (kind !== "note") for (const n of $("transcript").querySelectorAll(".msg-item.empty")) n.remove();
   const el = document.createElement("div");
   el.className = "msg-item " + kind;
   const w = document.createElement("div");
@@ -195,7 +234,7 @@ function renderHistory(state) {
   const key = "memory" in state ? "memory" : Object.keys(state)[0];
   const messages = (state && state[key]) || [];
   for (const m of messages) renderMessage(bubble("assistant", ""), m);
-  if (!messages.length) note("No messages yet. Say something.");
+  if (!messages.length) note("No messages yet. Say something.").classList.add("empty");
 }
 
 function showMemory(state) {
@@ -239,11 +278,26 @@ function setRunBar(run) {
   const waiting = Boolean(run && run.status === WAITING);  // for a person's decision
   $("cancel").disabled = !active && !waiting;
   $("send").disabled = active || waiting || !ui.session;
+  syncComposer();
 }
 
 function setComposer(enabled) {
   $("composer-input").disabled = !enabled;
   $("send").disabled = !enabled;
+  syncComposer();
+}
+
+// The message box says what the page waits for.
+function syncComposer() {
+  const status = $("run-status").dataset.status;
+  let hint;
+  if (!ui.connected) hint = "Enter your API key above first";
+  else if (!ui.agent) hint = "Pick an agent, or create one with New";
+  else if (!ui.session) hint = "Pick a session of " + ui.agent + ", or start one with New";
+  else if (status === WAITING) hint = "A tool call waits for your decision (above)";
+  else if (ACTIVE.has(status)) hint = ui.agent + " is answering… (Esc cancels)";
+  else hint = "Message " + ui.agent + " (Enter sends, Shift+Enter: new line)";
+  $("composer-input").placeholder = hint;
 }
 
 function handleEvent(run, frame) {
@@ -364,6 +418,7 @@ function renderApproval(run, calls) {
     box.append(row);
   }
   box.hidden = false;
+  goTo("chat");
   box.querySelector("button.approve").focus();
 }
 
@@ -437,8 +492,6 @@ async function followRun(run, firstResponse) {
 async function send(message) {
   if (!ui.session || !message.trim()) return;
   detachRun();
-  const transcript = $("transcript");
-  if (transcript.querySelector(".note") && transcript.children.length === 1) transcript.replaceChildren();
   renderMessage(bubble("user", "user"), { sender: "user", content: message });
   $("composer-input").value = "";
   $("send").disabled = true;
@@ -454,11 +507,21 @@ async function send(message) {
     if (!resp.ok) throw await apiError(resp);
     const where = resp.headers.get("Content-Location");
     if (where) run.id = where.split("/").pop();
+    nameAfter(ui.session, message);
     await followRun(run, resp);
   } catch (err) {
     note("could not send: " + err.message);
     setRunBar(null);
   }
+}
+
+// A session without a title is named by its first message (PATCH of its metadata).
+function nameAfter(id, message) {
+  const s = ui.sessions.find((x) => x.id === id);
+  if (!s || titleOf(s) !== s.id) return;
+  setTitle(id, titleFrom(message))
+    .then(() => { renderSessions(sessionHandlers); showChatTitle(); })
+    .catch((err) => note("could not name the session: " + err.message));
 }
 
 async function cancelRun() {
@@ -485,6 +548,21 @@ function dropStream() {
 
 // ---------------------------------------------------------------- tabs and keys
 
+// Narrow screens (the switcher shows) see one panel at a time; wide ones see them all.
+const NARROW = window.matchMedia("(max-width: 760px)");
+
+function showPanel(name) {
+  $("grid").dataset.view = name;
+  for (const b of $("views").querySelectorAll("button")) {
+    b.setAttribute("aria-pressed", String(b.dataset.panel === name));
+  }
+}
+
+// After an action, go where its result is (only when one panel shows at a time).
+function goTo(name) {
+  if (NARROW.matches) showPanel(name);
+}
+
 function showTab(name) {
   for (const tab of ["agent", "memory"]) {
     const on = tab === name;
@@ -510,9 +588,16 @@ function wire() {
     store.set("key", $("api-key").value.trim() || null);
     ui.agent = null;
     ui.session = null;
-    connect();
+    connect(true);
   });
-  $("agent-new").addEventListener("click", () => { newAgent(); $("f-name").focus(); });
+  $("agent-new").addEventListener("click", () => {
+    newAgent();
+    goTo("inspector");
+    $("f-name").focus();
+  });
+  for (const b of $("views").querySelectorAll("button")) {
+    b.addEventListener("click", () => showPanel(b.dataset.panel));
+  }
   $("session-new").addEventListener("click", () => newSession().catch((e) => note(e.message)));
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
@@ -544,7 +629,8 @@ function wire() {
     });
   }
   fillSelect($("f-kind"), V.kinds, "agent");
-  toolBoxes([]);
+  wireTools();
+  showTools({});
   syncKind();
 }
 

@@ -7,6 +7,7 @@ export const $ = (id) => document.getElementById(id);
 
 export const ui = {
   agents: [],          // GET /v1/agents
+  sessions: [],        // the selected agent's sessions (GET /v1/sessions?agent=)
   models: [],          // raw model names (GET /v1/models, kind "model")
   agent: null,         // the selected agent's name
   session: null,       // the selected session's id
