@@ -16,7 +16,16 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from agents.actions.mcp_conn import CONNECTIONS as mcp_connections
 from app.a2a.routes import mount_a2a
-from app.api import agents, health, openai, playground, responses, runs, sessions
+from app.api import (
+    agents,
+    conversations,
+    health,
+    openai,
+    playground,
+    responses,
+    runs,
+    sessions,
+)
 from app.api.error_handlers import install_error_handlers
 from app.db.engine import create_engine, create_sessionmaker
 from app.middleware import BodyLimitMiddleware
@@ -168,6 +177,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         agents.router,
         sessions.router,
         runs.router,
+        conversations.router,
         health.router,
     ):
         app.include_router(router)

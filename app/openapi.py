@@ -94,6 +94,14 @@ _CHAT: Codes = {
 
 # The Responses API (docs/responses.md): OpenAI's statuses (400 for any invalid request).
 _RESPONSE_404: Codes = {404: ("response_not_found",)}
+_CONVERSATION_404: Codes = {404: ("conversation_not_found",)}
+_INVALID_BODY = (
+    "invalid_json",
+    "invalid_body",
+    "invalid_value",
+    "missing_field",
+    "invalid_request",
+)
 _RESPONSES: dict[str, Codes] = {
     "POST /v1/responses": {
         400: ("invalid_json", "invalid_body", "invalid_value", "missing_field", "invalid_request"),
@@ -111,6 +119,19 @@ _RESPONSES: dict[str, Codes] = {
     "GET /v1/responses/{response_id}/input_items": {
         **_RESPONSE_404,
         400: ("invalid_value", "invalid_cursor", "invalid_request"),
+    },
+    "POST /v1/conversations": {400: _INVALID_BODY},
+    "GET /v1/conversations/{conversation_id}": _CONVERSATION_404,
+    "POST /v1/conversations/{conversation_id}": {**_CONVERSATION_404, 400: _INVALID_BODY},
+    "DELETE /v1/conversations/{conversation_id}": _CONVERSATION_404,
+    "GET /v1/conversations/{conversation_id}/items": {
+        **_CONVERSATION_404,
+        400: ("invalid_value", "invalid_cursor", "invalid_request"),
+    },
+    "POST /v1/conversations/{conversation_id}/items": {
+        **_CONVERSATION_404,
+        400: _INVALID_BODY,
+        409: ("session_busy",),
     },
 }
 
