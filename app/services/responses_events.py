@@ -36,10 +36,21 @@ FAILED = "server_error"  # a failed response's error code (one of OpenAI's Respo
 _STOP_INCOMPLETE = {"length": "max_output_tokens", "budget_exceeded": "max_output_tokens"}
 
 
+# A run interrupted by its server's end (recovered after a crash, or not finished at a
+# shutdown): the response failed, with the reason in its error.
+_LOST = {"server_restart": "the server restarted", "shutdown": "the server shut down"}
+# Stream events a run event may become, at most (a ``run.gap`` skips the numbers of the events
+# that may have been sent live and lost: the resumed stream's numbers stay above them).
+GAP_STRIDE = 1000
+
+
 def response_status(run_status: str, stop_reason: str | None) -> str:
-    """The Response's ``status`` for a run's status (a run cut by max tokens: incomplete)."""
+    """The Response's ``status`` for a run's status (a run cut by max tokens: incomplete; one
+    its server lost: failed)."""
     if run_status == "completed" and stop_reason in _STOP_INCOMPLETE:
         return "incomplete"
+    if run_status == "interrupted" and stop_reason in _LOST:
+        return "failed"
     return {
         "queued": "queued",
         "running": "in_progress",
@@ -142,7 +153,9 @@ class ResponseStream:
                     param=error.get("param"),
                 )
             ]
-        return []  # run.gap: ids the client may have missed; nothing to show
+        if type_ == EventType.RUN_GAP:  # run events that may have been sent live and lost
+            self.seq = max(self.seq, int(data.get("to_id") or 0) * GAP_STRIDE)
+        return []
 
     def _delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         delta = data.get("delta")
@@ -363,9 +376,11 @@ class ResponseStream:
             response["incomplete_details"] = {"reason": _STOP_INCOMPLETE[run["stop_reason"]]}
         if status == "failed":
             error = data.get("error") or run.get("error") or {}
+            lost = _LOST.get(str(run.get("stop_reason")))
+            message = f"{lost} while the response ran; it did not finish" if lost else None
             response["error"] = {
                 "code": FAILED,
-                "message": str(error.get("message") or "the run failed"),
+                "message": str(error.get("message") or message or "the run failed"),
             }
         finished = run.get("finished_at")
         if finished and status != "in_progress":
