@@ -115,6 +115,7 @@ class AgentTracer:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": name,
+            "agentstation.agent.class": type(agent).__name__,  # a Task and its lead agent
             # A sub-agent talks under its own key: the conversation is the outer one's.
             CONVERSATION: _inherited(CONVERSATION) or conversation_id(session_id),
         }

@@ -3,19 +3,20 @@
 Installed by ``start_tracing`` on the live objects, when tracing is on (off, nothing here runs):
 ``trace_runs`` replaces, on the ``RunManager`` instance, ``submit`` (the ``admission`` span; the
 run's trace id and ``traceparent`` go into its ``options``: the run's JSON shows ``trace_id``)
-and ``resume`` (the ``approval.wait`` span, from the pause to the decision, in the run's own
-trace; the resumed turn is traced there too, linked to the request that resumed it); and, on
-the ``RunStore`` instance, the turn's statements (``store.lookup``, ``store.admit``,
-``store.start``, ``store.read``, ``store.load_memory``, ``store.store_end``). Every caller reaches
-them through those objects' attributes, so no runtime module changes.
+and ``resume`` with ``on_approval_decided`` (the ``approval.wait`` span, from the pause to the
+decision, in the run's own trace; the resumed turn is traced there too, the wait linked to the
+request that resumed it); and, on the ``RunStore`` instance, the turn's statements
+(``store.lookup``, ``store.admit``, ``store.start``, ``store.read``, ``store.load_memory``,
+``store.store_end``). Every caller reaches them through those objects' attributes, so no
+runtime module changes.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any
 
 from opentelemetry import context, propagate, trace
@@ -27,6 +28,10 @@ STORE_OPERATIONS = ("lookup", "admit", "start", "read", "load_memory", "store_en
 # The admission span of this task's submit: ``store.admit`` is its child.
 _admission: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
     "agentstation_admission_span", default=None
+)
+# How long the run being resumed waited (``on_approval_decided``, just before ``resume``).
+_waited: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "agentstation_approval_waited", default=0.0
 )
 
 
@@ -40,6 +45,7 @@ def trace_runs(runs: Any, tracer: Tracer) -> None:
     _trace_store(runs.store, tracer)
     submit = runs.submit
     resume = runs.resume
+    decided = runs.on_approval_decided
 
     async def traced_submit(sub: Any, lease: Any, inline: bool = False) -> Any:
         request = trace.get_current_span()
@@ -80,7 +86,7 @@ def trace_runs(runs: Any, tracer: Tracer) -> None:
         wait = tracer.start_span(
             "approval.wait",
             context=parent,
-            start_time=_ns(run.finished_at),
+            start_time=time.time_ns() - int(_waited.get() * 1e9),
             links=[Link(here)] if stored and here.is_valid else None,
             attributes={
                 CONVERSATION: run.session_id,
@@ -97,12 +103,15 @@ def trace_runs(runs: Any, tracer: Tracer) -> None:
         with current(parent):
             return resume(run, spec, resumption, events, inline)
 
+    def traced_decided(waited_s: float, outcome: str) -> None:
+        # Called just before ``resume`` (services/approvals.py), in the same task: the wait's
+        # length for its span.
+        _waited.set(waited_s)
+        decided(waited_s, outcome)
+
     runs.submit = traced_submit
     runs.resume = traced_resume
-
-
-def _ns(when: datetime | None) -> int | None:
-    return int(when.timestamp() * 1e9) if when is not None else None
+    runs.on_approval_decided = traced_decided
 
 
 def _trace_store(store: Any, tracer: Tracer) -> None:

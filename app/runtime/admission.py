@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.base import new_id, transient, utcnow
 from app.db.models import SEQ_BLOCK, Run
 from app.db.models import Session as SessionRow
-from app.errors import NotFound, SessionBusy
+from app.errors import NotFound, SessionBusy, Unavailable
 from app.runtime.budgets import BudgetFigures
 from app.runtime.jobs import input_message
 from app.runtime.messages import dump_message
@@ -71,6 +71,8 @@ class Admissions:
         self.orphans = orphans
         self.cancel = cancel
         self.start = start
+        # Whether this replica drains (SIGTERM): new turns get 503 ``draining`` (app/ops/drain.py).
+        self.draining: Callable[[], bool] = lambda: False
 
     async def submit(
         self, sub: Submission, lease: TurnLease, inline: bool = False
@@ -78,6 +80,10 @@ class Admissions:
         """Create (or, with a known Idempotency-Key, find) the run; returns (run, created).
         ``lease`` is the turn's (its lookup's connection on PostgreSQL): a started job takes
         what it holds; the caller's ``async with lease`` lets go of the rest."""
+        if self.draining():
+            raise Unavailable(
+                "this replica is shutting down and takes no new turns; retry", code="draining"
+            )
         try:
             return await self._submit(sub, lease, inline)
         except SessionBusy:

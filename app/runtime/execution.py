@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
-from agents.llms.base import Usage
+from agents.llms.base import Usage, instructions_scope
 from agents.llms.upstreams import route_key
 from agents.memory import load_message
 from app.db.models import Run
@@ -20,6 +20,7 @@ from app.ops.logging import run_id_var
 from app.runtime.approvals import waiting_state
 from app.runtime.finish import finish, finish_safely, guard
 from app.runtime.jobs import CANCEL_MODES, Job, JobDeps, Turn
+from app.runtime.kernels import kernel_turn
 from app.runtime.memory_cache import memory_nodes, plain_memories
 from app.runtime.runner import TurnResult, merge_state, resume_turn, run_turn
 from app.schemas.vocab import RunStatus
@@ -47,7 +48,14 @@ async def execute(deps: JobDeps, job: Job) -> None:
                 raise asyncio.CancelledError  # cancelled while queued
             job.started = True
             turn = await _begin(deps, job, lambda: result.usage)
-            with budget_scope(turn.budget):  # checked before every model call of the turn
+            # The budget is checked before every model call of the turn; the turn's own
+            # instructions (if any) are added to every model call's system messages; a kernel
+            # restart is reported.
+            with (
+                budget_scope(turn.budget),
+                instructions_scope(job.instructions),
+                kernel_turn(job.session_pk, job.channel),
+            ):
                 if job.resume is None:
                     await run_turn(
                         turn.agent, job.message, job.session_key, job.gen_params, job.channel,

@@ -141,7 +141,8 @@ async def _claim(state: AppState, run_id: str) -> tuple[Run, list[Event]]:
         done = await db.execute(
             sa.update(RUNS)
             .where(RUNS.c.id == run_id, RUNS.c.status == RunStatus.REQUIRES_ACTION)
-            .values(status=RunStatus.QUEUED, pending=None, stop_reason=None)
+            # This replica runs it now (liveness sweeps a dead replica's runs by this column).
+            .values(status=RunStatus.QUEUED, pending=None, stop_reason=None, replica=state.replica)
         )
         if not getattr(done, "rowcount", 0):
             status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))

@@ -1,11 +1,13 @@
 // AgentStation playground: plain JavaScript over the /v1 API (docs/api.md, docs/playground.md).
 import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from "./api.js";
-import { $, ACTIVE, ENDS, EV, V, ui } from "./common.js";
+import { $, ACTIVE, classify, ENDS, EV, V, ui } from "./common.js";
 import {
   editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, syncKind,
 } from "./editor.js";
 import { showTools, wireTools } from "./tools.js";
 import { renderSessions, setTitle, titleFrom, titleOf } from "./sessions.js";
+import { drawTimeline, loadFrames } from "./timeline.js";
+import { showCode } from "./code.js";
 
 const WAITING = V.statuses.REQUIRES_ACTION;  // a run waiting for a person (approvals)
 
@@ -128,6 +130,7 @@ async function newSession() {
 async function selectSession(id) {
   detachRun();
   ui.session = id;
+  ui.timelineRun = null;
   store.set("session", id);
   await loadSessions();
   showChatTitle();
@@ -148,6 +151,8 @@ async function selectSession(id) {
     run.status = last.status;
     renderApproval(run, last.required_action.tool_calls);
   }
+  if (!$("pane-timeline").hidden) await loadRunChoices();
+  if (!$("pane-code").hidden) showCode();
 }
 
 // ---------------------------------------------------------------- transcript
@@ -181,17 +186,6 @@ function note(text) {
 
 function text(content) {
   return typeof content === "string" ? content : JSON.stringify(content, null, 2);
-}
-
-// What a complete message is: the user's, a tool call, a tool result, or the agent's text.
-function classify(message) {
-  const f = message.formatted;
-  if (message.sender === "user") return "user";
-  if (f && typeof f === "object" && f.action && f.action.name) return "tool-call";
-  if (f && typeof f === "object" && ("result" in f || "errmsg" in f) && "type" in f) {
-    return "tool-result";
-  }
-  return "assistant";
 }
 
 function pre(content) {
@@ -249,7 +243,11 @@ async function refreshMemory() {
 // ---------------------------------------------------------------- runs
 
 function newRun(id) {
-  const run = { id, lastEventId: null, status: null, bubbles: {}, reader: null, detached: false };
+  const run = {
+    id, lastEventId: null, status: null, bubbles: {}, reader: null, detached: false,
+    spent: { prompt_tokens: 0, completion_tokens: 0 },  // from message events, while it runs
+    frames: [],  // its events but deltas (the timeline), from the first one when complete
+  };
   ui.run = run;
   return run;
 }
@@ -264,14 +262,11 @@ function detachRun() {
 }
 
 function setRunBar(run) {
+  ui.shownRun = run && run.id ? run.id : null;  // the run on the screen (View code)
   const badge = $("run-status");
   badge.textContent = run ? run.status : "no run";
   badge.dataset.status = run ? run.status : "";
-  const u = run && run.usage;
-  $("run-usage").textContent = u
-    ? u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens"
-    : "";
-  $("run-usage").title = u ? "usage: prompt, completion and total tokens" : "";
+  showUsage(run);
   $("run-id").textContent = run ? run.id.slice(0, 12) + "…" : "";
   $("run-id").title = run ? run.id : "";
   const active = Boolean(run && ACTIVE.has(run.status));
@@ -279,6 +274,27 @@ function setRunBar(run) {
   $("cancel").disabled = !active && !waiting;
   $("send").disabled = active || waiting || !ui.session;
   syncComposer();
+}
+
+// A run's usage when it is known: the run's own once it stopped; while it runs, the tokens
+// its model calls reported so far (message events), never a "0 + 0" that only means "not yet".
+function showUsage(run) {
+  const el = $("run-usage");
+  let text = "";
+  let title = "";
+  const u = run && run.usage;
+  const live = ui.run && run && ui.run.id === run.id ? ui.run.spent : null;
+  if (run && ACTIVE.has(run.status)) {
+    if (live && live.prompt_tokens + live.completion_tokens > 0) {
+      text = live.prompt_tokens + " in + " + live.completion_tokens + " out so far";
+      title = "tokens of the model calls that ended so far";
+    }
+  } else if (u && u.total_tokens > 0) {
+    text = u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens";
+    title = "usage: prompt, completion and total tokens";
+  }
+  el.textContent = text;
+  el.title = title;
 }
 
 function setComposer(enabled) {
@@ -323,6 +339,11 @@ function handleEvent(run, frame) {
       let el = run.bubbles[d.index];
       if (!el) el = run.bubbles[d.index] = bubble("assistant", "");
       renderMessage(el, d.message);
+      if (d.usage) {
+        run.spent.prompt_tokens += d.usage.prompt_tokens;
+        run.spent.completion_tokens += d.usage.completion_tokens;
+        showUsage({ id: run.id, status: run.status || V.statuses.RUNNING });
+      }
       break;
     }
     case EV.RUN_GAP:
@@ -359,6 +380,7 @@ function handleEvent(run, frame) {
 // (editable) and Approve / Deny / Run edited; once every call has a decision they go to
 // POST /v1/runs/{id}/resume and the page follows the run's next events.
 function renderApproval(run, calls) {
+  run.calls = calls;
   const box = $("approvals");
   box.replaceChildren();
   if (!calls.length) { box.hidden = true; return; }
@@ -418,17 +440,20 @@ function renderApproval(run, calls) {
     box.append(row);
   }
   box.hidden = false;
+  document.title = "⚠ Approval needed · AgentStation playground";
   goTo("chat");
   box.querySelector("button.approve").focus();
 }
 
 function clearApprovals() {
+  document.title = "AgentStation playground";
   $("approvals").hidden = true;
   $("approvals").replaceChildren();
 }
 
 async function resume(run, calls, decisions) {
   clearApprovals();
+  run.calls = [];
   try {
     const resp = await fetch("/v1/runs/" + encodeURIComponent(run.id) + "/resume", {
       method: "POST",
@@ -453,6 +478,10 @@ async function readEvents(run, resp) {
       store.set("lastEventId." + run.id, frame.id);
     }
     handleEvent(run, frame);
+    if (frame.event !== EV.MESSAGE_DELTA) {
+      run.frames.push(frame);
+      refreshTimeline();
+    }
     if (ENDS.has(frame.event)) return true;
   }
   return false;
@@ -486,6 +515,8 @@ async function followRun(run, firstResponse) {
   if (!run.detached) {
     store.set("lastEventId." + run.id, null);
     await Promise.all([refreshMemory(), loadSessions()]).catch(() => {});
+    if (!$("pane-timeline").hidden) await loadRunChoices().catch(() => {});
+    if (!$("pane-code").hidden) showCode();
   }
 }
 
@@ -508,6 +539,9 @@ async function send(message) {
     const where = resp.headers.get("Content-Location");
     if (where) run.id = where.split("/").pop();
     nameAfter(ui.session, message);
+    ui.timelineRun = null;
+    if (!$("pane-timeline").hidden) loadRunChoices().catch(() => {});
+    if (!$("pane-code").hidden) showCode();
     await followRun(run, resp);
   } catch (err) {
     note("could not send: " + err.message);
@@ -563,15 +597,71 @@ function goTo(name) {
   if (NARROW.matches) showPanel(name);
 }
 
+const TABS = ["agent", "memory", "timeline", "code"];
+
 function showTab(name) {
-  for (const tab of ["agent", "memory"]) {
+  for (const tab of TABS) {
     const on = tab === name;
     $("tab-" + tab).setAttribute("aria-selected", String(on));
     $("tab-" + tab).tabIndex = on ? 0 : -1;
     $("pane-" + tab).hidden = !on;
   }
   if (name === "memory") refreshMemory().catch(() => {});
+  if (name === "timeline") loadRunChoices().catch((e) => note(e.message));
+  if (name === "code") showCode();
 }
+
+// ---------------------------------------------------------------- the run timeline
+
+const modelOf = (sender) => {
+  const agent = ui.agents.find((a) => a.name === sender);
+  return agent ? agent.spec.model : null;
+};
+const frameCache = new Map();  // finished runs' events (they never change)
+
+// The session's runs in the timeline's picker, the newest (or the one followed) selected.
+async function loadRunChoices() {
+  const select = $("timeline-run");
+  if (!ui.session) { select.replaceChildren(); drawTimeline([], modelOf, V.traceUrl); return; }
+  const runs = await api("GET", "/v1/sessions/" + encodeURIComponent(ui.session) + "/runs?limit=20");
+  const current = ui.timelineRun || (ui.run && ui.run.id) || (runs.data[0] && runs.data[0].id);
+  select.replaceChildren(...runs.data.map((r) => {
+    const o = document.createElement("option");
+    o.value = r.id;
+    const said = r.input && typeof r.input.content === "string" ? r.input.content : r.id;
+    o.textContent = new Date(r.created_at).toLocaleTimeString() + " · " + r.status + " · " + said.slice(0, 40);
+    return o;
+  }));
+  if (current) select.value = current;
+  ui.timelineRun = select.value || null;
+  await refreshTimeline();
+}
+
+// Redraw the timeline (when it shows): the followed run's own events, or a stopped run's.
+async function refreshTimeline() {
+  if ($("pane-timeline").hidden) return;
+  const id = ui.timelineRun || (ui.run && ui.run.id);
+  if (!id) { drawTimeline([], modelOf, V.traceUrl); return; }
+  const run = ui.run;
+  if (run && run.id === id && run.frames.length && run.frames[0].event === EV.RUN_CREATED) {
+    drawTimeline(run.frames, modelOf, V.traceUrl);
+    return;
+  }
+  if (run && run.id === id && ACTIVE.has(run.status)) return;  // its events come with the stream
+  let frames = frameCache.get(id);
+  if (!frames) {
+    frames = await loadFrames(id);
+    const last = frames[frames.length - 1];
+    if (last && last.event !== EV.RUN_REQUIRES_ACTION) frameCache.set(id, frames);
+  }
+  if ((ui.timelineRun || (ui.run && ui.run.id)) === id) drawTimeline(frames, modelOf, V.traceUrl);
+}
+
+// A running or waiting run's open bar grows with the clock.
+setInterval(() => {
+  const run = ui.run;
+  if (run && (ACTIVE.has(run.status) || run.status === WAITING)) refreshTimeline().catch(() => {});
+}, 1000);
 
 hooks.showTab = showTab;
 hooks.afterSave = async (saved) => {
@@ -618,16 +708,20 @@ function wire() {
   $("view-form").addEventListener("click", () => setView(false));
   $("view-json").addEventListener("click", () => setView(true));
   $("memory-refresh").addEventListener("click", () => refreshMemory().catch((e) => note(e.message)));
-  for (const tab of ["agent", "memory"]) {
+  TABS.forEach((tab, i) => {
     $("tab-" + tab).addEventListener("click", () => showTab(tab));
     $("tab-" + tab).addEventListener("keydown", (e) => {
       if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
-        const other = tab === "agent" ? "memory" : "agent";
+        const other = TABS[(i + (e.key === "ArrowRight" ? 1 : TABS.length - 1)) % TABS.length];
         showTab(other);
         $("tab-" + other).focus();
       }
     });
-  }
+  });
+  $("timeline-run").addEventListener("change", () => {
+    ui.timelineRun = $("timeline-run").value || null;
+    refreshTimeline().catch((e) => note(e.message));
+  });
   fillSelect($("f-kind"), V.kinds, "agent");
   wireTools();
   showTools({});
