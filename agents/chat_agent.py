@@ -7,11 +7,11 @@ such message, and each reply keeps its assistant message (with ``tool_calls`` wh
 called the caller's functions). ``ChatAggregator`` renders them back as they were, so the next
 model call sees exactly the conversation an OpenAI client would have sent.
 
-Per call (``agent.stream(msg, session_id=..., **kwargs)``): ``instructions`` is a system
-message for this call only (never stored); ``tools``, ``tool_choice``, ``parallel_tool_calls``,
-``response_format`` and the sampling fields go to the LLM. The model's function calls are not
-executed: the reply carries them (``formatted["tool_calls"]``) and the caller sends their
-outputs back in a later message.
+Per call (``agent.stream(msg, session_id=..., **kwargs)``): ``tools``, ``tool_choice``,
+``parallel_tool_calls``, ``response_format`` and the sampling fields go to the LLM (a server's
+per-turn instructions reach the model through ``agents.llms.base.instructions_scope``). The
+model's function calls are not executed: the reply carries them (``formatted["tool_calls"]``)
+and the caller sends their outputs back in a later message.
 """
 
 from __future__ import annotations
@@ -78,7 +78,6 @@ class ChatAgent(AsyncAgent):
         self,
         *message: AgentMessage,
         session_id: SessionId = 0,
-        instructions: str | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[AgentMessage]:
         assert self.llm is not None
@@ -87,11 +86,6 @@ class ChatAgent(AsyncAgent):
             history = Memory()
             history.add(list(message))
         formatted = self.aggregator.aggregate(history, self.name, None, self.template)
-        if instructions:  # this call's only: before the conversation, after the agent's own
-            at = 0
-            while at < len(formatted) and formatted[at].get("role") == "system":
-                at += 1
-            formatted.insert(at, {"role": "system", "content": instructions})
         text = ""
         calls: list[dict[str, Any]] = []
         async for delta in self.llm.astream(formatted, **kwargs):

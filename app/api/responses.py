@@ -107,20 +107,18 @@ async def create_response(request: Request) -> Response:
         raise BadRequest("input must hold at least one message or item", param="input")
     agent = await service.agent_for(state, who, req.model)
     planned = await service.plan(state, who, req, agent, route_header)
-    runs = state.run_manager
-    async with runs.store.lease() as lease:
-        sub = await service.submission(state, lease, who, req, planned, inp)
-        run, _ = await runs.submit(sub, lease, inline=not (req.stream or req.background))
-    if planned.forget and (req.stream or req.background):
+    turn = await service.start(state, who, req, planned, inp)
+    run = turn.run
+    if planned.forget and not turn.inline:
         service.forget_later(state, who.tenant_id, planned.session_id, run.id)
     if req.stream:
-        drop = None if req.background else (lambda: runs.cancel_soon(run.id, "cancelled"))
-        return event_stream(state, read.response_events(state, run), planned.session_id, drop)
+        events = read.response_events(state, run)
+        return event_stream(state, events, planned.session_id, turn.on_drop)
     if req.background:
         body = read.response_base(run)
         body["status"] = "queued" if run.status == RunStatus.QUEUED else "in_progress"
         return _json(body, planned.session_id)
-    await runs.run_here(run.id)
+    await turn.finish(request.is_disconnected)
     body = await read.final_response(state, run)
     if planned.forget:
         await service.forget_session(state, who.tenant_id, planned.session_id)

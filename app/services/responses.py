@@ -28,10 +28,9 @@ from app.db.models import Agent, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound
 from app.runtime.messages import dump_message
-from app.runtime.runs import Submission
 from app.schemas.agents import AgentCreate, AgentSpec
 from app.schemas.responses import ResponseCreate
-from app.schemas.sessions import RunCreate, SessionCreate
+from app.schemas.sessions import SessionCreate
 from app.schemas.vocab import RunStatus
 from app.services import responses_ids as ids
 from app.services.agent_directory import AgentInfo
@@ -40,8 +39,8 @@ from app.services.auth import Principal
 from app.services.chat import holds_turns
 from app.services.forks import counts_at, fork_session
 from app.services.responses_input import Input, model_tools, response_format
-from app.services.runs import prepare_submission
 from app.services.sessions import create_session
+from app.services.turns import SubmittedTurn, TurnRequest, submit_turn
 from app.state import AppState
 
 log = logging.getLogger(__name__)
@@ -219,8 +218,8 @@ def run_message(agent: AgentInfo, inp: Input) -> dict[str, Any] | str:
 
 
 def run_params(agent: AgentInfo, req: ResponseCreate) -> dict[str, Any]:
-    """The run's model-call parameters (a raw model also gets the tools, instructions and
-    answer format)."""
+    """The run's model-call parameters (a raw model also gets the tools and the answer
+    format)."""
     params: dict[str, Any] = {}
     if req.max_output_tokens is not None:
         params["max_new_tokens"] = req.max_output_tokens
@@ -231,8 +230,6 @@ def run_params(agent: AgentInfo, req: ResponseCreate) -> dict[str, Any]:
     if agent.spec.kind != "model":
         return params
     params.update(model_tools(req.tools, req.tool_choice, req.parallel_tool_calls).params)
-    if req.instructions:
-        params["instructions"] = req.instructions
     fmt = response_format(req.text)
     if fmt is not None:
         params["response_format"] = fmt
@@ -281,30 +278,27 @@ def _function_tool(tool: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def submission(
-    state: AppState,
-    lease: Any,
-    who: Principal,
-    req: ResponseCreate,
-    planned: Planned,
-    inp: Input,
-) -> Submission:
-    """The run of a new response, prepared by the one submission path of every turn."""
-    body = RunCreate(
-        message=inp.text() or " ",
-        stream=req.stream or req.background,
+async def start(
+    state: AppState, who: Principal, req: ResponseCreate, planned: Planned, inp: Input
+) -> SubmittedTurn:
+    """Submit the response's run by the one turn path (``submit_turn``): inline for a whole
+    answer, with its own task when streamed or in the background. ``instructions`` are the
+    turn's (a system message for its model calls only, never stored)."""
+    waits = not (req.stream or req.background)
+    request = TurnRequest(
+        message=run_message(planned.agent, inp),
+        gen_params=run_params(planned.agent, req),
+        strategy="enqueue",  # a chain's next response waits for the one before
+        stream=not waits,
         on_disconnect="continue" if req.background else "cancel",
-        multitask_strategy="enqueue",
-    )
-    sub = await prepare_submission(
-        state, lease, who.tenant_id, planned.session_id, body, None, agent=planned.agent,
         source=SOURCE,
-    )  # fmt: skip
-    sub.run_id = ids.mint(ids.RESPONSE, planned.key)
-    sub.message = run_message(planned.agent, inp)
-    sub.gen_params = {**(sub.gen_params or {}), **run_params(planned.agent, req)}
-    sub.options = {**(sub.options or {}), "response": response_meta(req, planned.agent, planned)}
-    return sub
+        instructions=req.instructions or None,
+        run_id=ids.mint(ids.RESPONSE, planned.key),
+        options={"response": response_meta(req, planned.agent, planned)},
+    )
+    return await submit_turn(
+        state, who.tenant_id, planned.session_id, request, agent=planned.agent, inline=waits
+    )
 
 
 def created_at(run: Run) -> float:
