@@ -99,10 +99,8 @@ async def create_response(request: Request) -> Response:
     req = validated_body(ResponseCreate, data)
     state = app_state(request)
     inp = parse_input(req.input)  # 400 naming the item before anything is stored
-    if inp.approvals:
-        raise BadRequest(
-            "mcp_approval_response items are not supported yet", param="input"
-        )  # pragma: no cover - replaced by the approvals path
+    if inp.approvals:  # decisions about a waiting agent's calls: that response goes on
+        return await _approved(state, who, req, inp)
     if not inp.messages:
         raise BadRequest("input must hold at least one message or item", param="input")
     agent = await service.agent_for(state, who, req.model)
@@ -123,6 +121,19 @@ async def create_response(request: Request) -> Response:
     if planned.forget:
         await service.forget_session(state, who.tenant_id, planned.session_id)
     return _json(body, planned.session_id)
+
+
+async def _approved(state: AppState, who: Any, req: ResponseCreate, inp: Any) -> Response:
+    """The response that waited for approval, going on with the decisions."""
+    run, after = await service.resume_approved(state, who, req, inp)
+    if req.stream:
+        return event_stream(state, read.response_events(state, run, after), run.session_id)
+    if req.background:
+        body = await read.response_now(state, run)
+        body["status"] = "in_progress"  # it went on; poll it
+        return _json(body, run.session_id)
+    await state.run_manager.wait(run.id)
+    return _json(await read.final_response(state, run), run.session_id)
 
 
 router.add_api_route(

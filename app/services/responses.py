@@ -35,10 +35,12 @@ from app.schemas.vocab import RunStatus
 from app.services import responses_ids as ids
 from app.services.agent_directory import AgentInfo
 from app.services.agents import create_agent
+from app.services.approvals import resume_run
 from app.services.auth import Principal
 from app.services.chat import holds_turns
 from app.services.forks import counts_at, fork_session
 from app.services.responses_input import Input, model_tools, response_format
+from app.services.responses_read import last_number
 from app.services.sessions import create_session
 from app.services.turns import SubmittedTurn, TurnRequest, submit_turn
 from app.state import AppState
@@ -334,6 +336,37 @@ async def forget_session(state: AppState, tenant_id: str, session_id: str) -> No
             )
         )
     state.turn_sessions.pop((tenant_id, session_id))
+
+
+async def resume_approved(
+    state: AppState, who: Principal, req: ResponseCreate, inp: Input
+) -> tuple[Run, int]:
+    """``mcp_approval_response`` items with ``previous_response_id``: the decisions about the
+    calls that response waits on (``approve``; a denial's ``reason`` is what the model reads);
+    its run goes on (docs/approvals.md). Returns the run and the number of its last stream
+    event before it went on (the answer streams after it)."""
+    if not req.previous_response_id:
+        raise BadRequest(
+            "mcp_approval_response items answer a response: send its previous_response_id",
+            param="previous_response_id",
+        )
+    run = await response_run(state, who.tenant_id, req.previous_response_id, "previous_response_id")
+    if run.status != RunStatus.REQUIRES_ACTION:
+        raise BadRequest(
+            f"response {run.id!r} does not wait for approval (status {run.status!r})",
+            param="input",
+        )
+    decisions = [
+        {
+            "id": str(item["approval_request_id"]),
+            "action": "approve" if item["approve"] else "deny",
+            "message": item.get("reason"),
+        }
+        for item in inp.approvals
+    ]
+    after = await last_number(state, run)
+    await resume_run(state, who.tenant_id, run.id, decisions)
+    return run, after
 
 
 async def cancel_response(state: AppState, run: Run) -> Run:

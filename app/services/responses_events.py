@@ -30,7 +30,14 @@ from app.schemas.vocab import EventType
 TEXT_STATES = (int(AgentStatusCode.STREAM_ING), int(AgentStatusCode.END))
 # Tools whose calls are ``code_interpreter_call`` items (the sandboxed Python interpreters).
 PYTHON_TOOLS = frozenset(
-    {"IPythonInterpreter", "AsyncIPythonInterpreter", "PythonInterpreter", "python", "sandbox"}
+    {
+        "IPythonInterpreter",
+        "AsyncIPythonInterpreter",
+        "IPythonInteractive",
+        "AsyncIPythonInteractive",
+        "PythonInterpreter",
+        "python",
+    }
 )
 FAILED = "server_error"  # a failed response's error code (one of OpenAI's ResponseError codes)
 _STOP_INCOMPLETE = {"length": "max_output_tokens", "budget_exceeded": "max_output_tokens"}
@@ -106,6 +113,7 @@ class ResponseStream:
         self.hold = hold
         self.seq = -1
         self.ended = False
+        self.paused = False  # ended waiting for approval: a resumed run's log goes on
         self._open: dict[str, Any] | None = None  # the message item being streamed
         self._call: dict[str, Any] | None = None  # a tool agent's call awaiting its result
         self._suffix = str(base["id"]).removeprefix("resp_")
@@ -124,7 +132,9 @@ class ResponseStream:
     def feed(self, type_: str, data: dict[str, Any]) -> list[dict[str, Any]]:
         """The stream events for one run event (none for events a client does not see)."""
         if self.ended:
-            return []
+            if not self.paused or type_ in (EventType.RUN_GAP, EventType.RUN_CREATED):
+                return []
+            return self._go_on() + self.feed(type_, data)
         if type_ == EventType.RUN_CREATED:
             run = data.get("run") or {}
             self.response["status"] = response_status(run.get("status", "running"), None)
@@ -156,6 +166,15 @@ class ResponseStream:
         if type_ == EventType.RUN_GAP:  # run events that may have been sent live and lost
             self.seq = max(self.seq, int(data.get("to_id") or 0) * GAP_STRIDE)
         return []
+
+    def _go_on(self) -> list[dict[str, Any]]:
+        """A run that waited for approval goes on (its calls were decided): the response is
+        in progress again, announced as a new one is."""
+        self.ended = self.paused = False
+        self.response["status"] = "in_progress"
+        self.response.pop("completed_at", None)
+        created = self._event("response.created", response=self._snapshot())
+        return [created, self._event("response.in_progress", response=self._snapshot())]
 
     def _delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         delta = data.get("delta")
@@ -368,6 +387,7 @@ class ResponseStream:
             )
         if type_ == EventType.RUN_REQUIRES_ACTION:
             out += self._approval_items(data.get("tool_calls") or [])
+            self.paused = True
         self.ended = True
         response = self.response
         response["status"] = status

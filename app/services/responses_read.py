@@ -94,8 +94,8 @@ async def response_events(
         for out in stream.feed(event.type, event.data):
             if out["sequence_number"] > starting_after:
                 yield out
-        if stream.ended:
-            return
+        if stream.ended and not stream.paused:
+            return  # (a pause ends the follow unless the run went on after it)
 
 
 async def final_response(state: AppState, run: Run) -> dict[str, Any]:
@@ -103,9 +103,17 @@ async def final_response(state: AppState, run: Run) -> dict[str, Any]:
     stream = stream_of(run)
     async for event in state.run_manager.follow(run.id, 0):
         stream.feed(event.type, event.data)
-        if stream.ended:
+        if stream.ended and not stream.paused:
             break
     return stream.response
+
+
+async def last_number(state: AppState, run: Run) -> int:
+    """The number of the last stream event of the run's stored log (-1: none)."""
+    stream = stream_of(run)
+    for _, type_, data in await stored_events(state, run.id):
+        stream.feed(type_, data)
+    return stream.seq
 
 
 def input_items(run: Run, order: str, after: str | None, limit: int) -> dict[str, Any]:
