@@ -95,13 +95,21 @@ class ChatAgent(AsyncAgent):
                 yield AgentMessage(
                     sender=self.name, content=text, stream_state=AgentStatusCode.STREAM_ING
                 )
-        tool_calls = [_call_entry(c) for c in merge_tool_calls(calls)]
-        if kwargs.get("parallel_tool_calls") is False:
-            tool_calls = tool_calls[:1]
-        assistant: dict[str, Any] = {"role": "assistant", "content": text}
-        if tool_calls:
-            assistant = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
-        yield chat_message(self.name, text, [assistant], tool_calls=tool_calls)
+        yield reply_message(self.name, text, calls, kwargs.get("parallel_tool_calls") is not False)
+
+
+def reply_message(
+    sender: str, text: str, calls: list[dict[str, Any]], parallel: bool = True
+) -> AgentMessage:
+    """A model's reply as a memory entry: its assistant chat message (``tool_calls`` when the
+    model called functions: backend entries merged, the first only unless ``parallel``)."""
+    tool_calls = [_call_entry(c) for c in merge_tool_calls(calls)]
+    if not parallel:
+        tool_calls = tool_calls[:1]
+    assistant: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        assistant = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+    return chat_message(sender, text, [assistant], tool_calls=tool_calls)
 
 
 def _call_entry(call: dict[str, Any]) -> dict[str, Any]:
@@ -116,4 +124,4 @@ def _call_entry(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["CHAT_KEY", "ChatAgent", "ChatAggregator", "chat_message"]
+__all__ = ["CHAT_KEY", "ChatAgent", "ChatAggregator", "chat_message", "reply_message"]

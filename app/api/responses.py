@@ -23,9 +23,11 @@ from app.models.encoded import dumps
 from app.schemas.responses import ResponseCreate
 from app.schemas.vocab import RunStatus
 from app.services import responses as service
+from app.services import responses_ids as ids
 from app.services import responses_read as read
 from app.services.responses_ids import ROUTE_KEY_HEADER
 from app.services.responses_input import parse_input
+from app.services.responses_stateless import stateless_events
 from app.state import AppState
 
 router = APIRouter(prefix="/v1", tags=["responses"])
@@ -43,13 +45,9 @@ _CREATE_DOC = documented(
 )
 
 
-def _json(body: dict[str, Any], session_id: str, status: int = 200) -> Response:
-    return Response(
-        dumps(body),
-        status_code=status,
-        media_type="application/json",
-        headers={SESSION_HEADER: session_id},
-    )
+def _json(body: dict[str, Any], session_id: str | None, status: int = 200) -> Response:
+    headers = {SESSION_HEADER: session_id} if session_id else None
+    return Response(dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
 def _session_of(run: Any) -> str:
@@ -59,7 +57,7 @@ def _session_of(run: Any) -> str:
 def event_stream(
     state: AppState,
     events: AsyncIterator[dict[str, Any]],
-    session_id: str,
+    session_id: str | None,
     on_drop: Any = None,
 ) -> EventStreamResponse:
     """Responses stream events as SSE (``event:`` its type, ``data:`` the event)."""
@@ -83,7 +81,9 @@ def event_stream(
             if not ended and on_drop is not None:
                 on_drop()
 
-    headers = {"Cache-Control": "no-cache", SESSION_HEADER: session_id}
+    headers = {"Cache-Control": "no-cache"}
+    if session_id:  # none for a store: false answer that ran in no session
+        headers[SESSION_HEADER] = session_id
     return EventStreamResponse(frames(), state.settings.sse_ping_s, headers)
 
 
@@ -103,6 +103,16 @@ async def create_response(request: Request) -> Response:
         return await _approved(state, who, req, inp)
     if not inp.messages:
         raise BadRequest("input must hold at least one message or item", param="input")
+    if service.stateless(req) and (handle := await service.raw_model(state, who, req.model)):
+        # Nothing to keep or continue: the raw model answers in the request (no session).
+        rid = ids.mint(ids.RESPONSE, ids.route_key(route_header))
+        events = stateless_events(state, who.tenant_id, handle, req, inp, rid)
+        if req.stream:
+            return event_stream(state, events, None)
+        last: dict[str, Any] = {}
+        async for event in events:
+            last = event
+        return _json(last["response"], None)
     agent = await service.agent_for(state, who, req.model)
     planned = await service.plan(state, who, req, agent, route_header)
     turn = await service.start(state, who, req, planned, inp)

@@ -26,7 +26,8 @@ import sqlalchemy as sa
 from agents.chat_agent import chat_message
 from app.db.models import Agent, Run
 from app.db.models import Session as SessionRow
-from app.errors import BadRequest, Conflict, NotFound
+from app.engines.base import ModelHandle
+from app.errors import BadRequest, Conflict, NotFound, Unavailable
 from app.runtime.messages import dump_message
 from app.schemas.agents import AgentCreate, AgentSpec
 from app.schemas.responses import ResponseCreate
@@ -90,6 +91,24 @@ async def agent_for(state: AppState, who: Principal, model: str) -> AgentInfo:
             f"the agent {name!r} exists and is not the model {model!r}'s", param="model"
         )
     return agent
+
+
+async def raw_model(state: AppState, who: Principal, model: str) -> ModelHandle | None:
+    """The raw model ``model`` names (None: it names a stored agent); 404 for neither, 503
+    while it loads."""
+    if model in await state.agents.agents(state.sessionmaker, who.tenant_id):
+        return None
+    handle = state.models.get(model)
+    if handle is None or not who.may_use(model):
+        raise NotFound(f"model {model!r} not found", param="model", code="model_not_found")
+    if not handle.ready:
+        raise Unavailable(f"model {model!r} is not ready", code="model_not_ready")
+    return handle
+
+
+def stateless(req: ResponseCreate) -> bool:
+    """Whether the response can run without a session: nothing to keep, nothing to continue."""
+    return not (req.store or req.background or req.previous_response_id or req.conversation_id())
 
 
 async def response_run(state: AppState, tenant_id: str, response_id: str, param: str) -> Run:
@@ -222,6 +241,14 @@ def run_message(agent: AgentInfo, inp: Input) -> dict[str, Any] | str:
 def run_params(agent: AgentInfo, req: ResponseCreate) -> dict[str, Any]:
     """The run's model-call parameters (a raw model also gets the tools and the answer
     format)."""
+    params = sampling(req)
+    if agent.spec.kind != "model":
+        return params
+    return {**params, **model_params(req)}
+
+
+def sampling(req: ResponseCreate) -> dict[str, Any]:
+    """The request's sampling fields as generation parameters."""
     params: dict[str, Any] = {}
     if req.max_output_tokens is not None:
         params["max_new_tokens"] = req.max_output_tokens
@@ -229,20 +256,25 @@ def run_params(agent: AgentInfo, req: ResponseCreate) -> dict[str, Any]:
         params["temperature"] = req.temperature
     if req.top_p is not None:
         params["top_p"] = req.top_p
-    if agent.spec.kind != "model":
-        return params
-    params.update(model_tools(req.tools, req.tool_choice, req.parallel_tool_calls).params)
+    return params
+
+
+def model_params(req: ResponseCreate) -> dict[str, Any]:
+    """What a raw model's call gets besides sampling: the function tools, the answer format."""
+    params = dict(model_tools(req.tools, req.tool_choice, req.parallel_tool_calls).params)
     fmt = response_format(req.text)
     if fmt is not None:
         params["response_format"] = fmt
     return params
 
 
-def response_meta(req: ResponseCreate, agent: AgentInfo, planned: Planned) -> dict[str, Any]:
-    """What the Response repeats of its request (kept in the run's options)."""
-    tools = (
-        [t for t in req.tools if t.get("type") == "function"] if agent.spec.kind == "model" else []
-    )
+def response_meta(
+    req: ResponseCreate, spec: AgentSpec | None, session_id: str | None
+) -> dict[str, Any]:
+    """What the Response repeats of its request (kept in the run's options); ``spec``: the
+    agent's (None: the raw model itself, no session)."""
+    hosted = spec is None or spec.kind == "model"  # an agent's tools are its own
+    tools = [t for t in req.tools if t.get("type") == "function"] if hosted else []
     text = req.text.model_dump(by_alias=True, exclude_none=True) if req.text else {}
     text.setdefault("format", {"type": "text"})
     return {
@@ -262,8 +294,8 @@ def response_meta(req: ResponseCreate, agent: AgentInfo, planned: Planned) -> di
         "store": req.store,
         "prompt_cache_key": req.prompt_cache_key,
         "user": req.user,
-        "hold": holds_turns(agent.spec),
-        "session": planned.session_id,
+        "hold": spec is not None and holds_turns(spec),
+        "session": session_id,
         "input": req.input
         if isinstance(req.input, list)
         else [{"type": "message", "role": "user", "content": req.input}],
@@ -296,7 +328,7 @@ async def start(
         source=SOURCE,
         instructions=req.instructions or None,
         run_id=ids.mint(ids.RESPONSE, planned.key),
-        options={"response": response_meta(req, planned.agent, planned)},
+        options={"response": response_meta(req, planned.agent.spec, planned.session_id)},
     )
     return await submit_turn(
         state, who.tenant_id, planned.session_id, request, agent=planned.agent, inline=waits

@@ -18,13 +18,18 @@ from app.state import AppState
 def response_base(run: Run) -> dict[str, Any]:
     """The Response before any event: its request's fields (``options.response``)."""
     meta = (run.options or {}).get("response") or {}
+    return base_of(run.id, int(run.created_at.timestamp()), meta, run.agent)
+
+
+def base_of(response_id: str, created_at: int, meta: dict[str, Any], agent: str) -> dict[str, Any]:
+    """The Response before any event, from its request's fields (``responses.response_meta``)."""
     conversation = meta.get("conversation")
     return {
-        "id": run.id,
+        "id": response_id,
         "object": "response",
-        "created_at": int(run.created_at.timestamp()),
+        "created_at": created_at,
         "status": "in_progress",
-        "model": meta.get("model") or run.agent,
+        "model": meta.get("model") or agent,
         "output": [],
         "instructions": meta.get("instructions"),
         "tools": meta.get("tools") or [],

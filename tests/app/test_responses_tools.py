@@ -10,9 +10,11 @@ from typing import Any
 
 import openai
 import pytest
+import sqlalchemy as sa
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
+from app.db.models import Session
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import MODELS
@@ -184,3 +186,49 @@ async def test_background_stream_resumes_mid_way(oai: openai.AsyncOpenAI) -> Non
         if e.type == "response.output_text.delta"
     )
     assert text == "one two three four five six seven eight nine ten"
+
+
+async def test_a_codex_shaped_exchange_runs_in_no_session(
+    oai: openai.AsyncOpenAI, app: FastAPI
+) -> None:
+    """store: false, the whole history each time, developer messages, tools of types this
+    server does not host: the raw model answers in the request; nothing is stored."""
+    sessions_before = await _count_sessions(app)
+    history: list[Any] = [
+        {"type": "message", "role": "developer",
+         "content": [{"type": "input_text", "text": "You are Codex."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+    ]  # fmt: skip
+    tools: Any = [
+        WEATHER,
+        {"type": "namespace", "name": "multi_agent_v1", "tools": []},
+        {"type": "web_search", "external_web_access": False},
+    ]
+    common: Any = {
+        "model": "caller", "tools": tools, "tool_choice": "auto", "parallel_tool_calls": True,
+        "reasoning": {"summary": "auto"}, "store": False,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k",
+        "extra_body": {"client_metadata": {"x": "y"}},
+    }  # fmt: skip
+    events = [e async for e in await oai.responses.create(input=history, stream=True, **common)]
+    assert events[-1].type == "response.completed"
+    call = events[-1].response.output[0]  # type: ignore[union-attr]
+    assert call.type == "function_call" and call.name == "get_weather"
+    history += [
+        {"type": "function_call", "call_id": call.call_id, "name": call.name,
+         "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+    ]  # fmt: skip
+    answer = await oai.responses.create(input=history, **common)
+    assert answer.output_text == "It is sunny in Paris."
+    messages = recent(app, "caller")[-1]["messages"]
+    assert messages[0] == {"role": "system", "content": "You are Codex."}
+    assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"}
+    with pytest.raises(openai.NotFoundError):
+        await oai.responses.retrieve(answer.id)
+    assert await _count_sessions(app) == sessions_before
+
+
+async def _count_sessions(app: FastAPI) -> int:
+    async with app.state.agentstation.sessionmaker() as db:
+        return int(await db.scalar(sa.select(sa.func.count()).select_from(Session)) or 0)
