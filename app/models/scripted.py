@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -42,12 +44,18 @@ def count_words(
     return total
 
 
+Reply = str | dict[str, Any]
+
+
 class ScriptedModelLLM(AsyncBaseLLM):
-    """Streams configured replies word by word; usage counts words."""
+    """Streams configured replies word by word; usage counts words. A reply may be a native
+    tool-call turn, ``{"content": ..., "tool_calls": [{"name", "arguments"}]}`` (the calls
+    arrive as a tool-call parser reports them). ``recent``: the last calls' messages and
+    parameters (tests read them)."""
 
     def __init__(
         self,
-        replies: list[str] | None = None,
+        replies: list[Reply] | None = None,
         chunk_delay_s: float = 0.0,
         cycle: str = "model",
         **gen_params: Any,
@@ -59,8 +67,9 @@ class ScriptedModelLLM(AsyncBaseLLM):
         self.chunk_delay_s = chunk_delay_s
         self.cycle = cycle
         self._next = 0
+        self.recent: deque[dict[str, Any]] = deque(maxlen=16)
 
-    def next_reply(self, messages: Messages) -> str:
+    def next_reply(self, messages: Messages) -> Reply:
         """The next scripted reply, or the last user message when no replies are configured.
 
         ``cycle="model"``: replies in turn across every call. ``cycle="conversation"``: the
@@ -78,7 +87,12 @@ class ScriptedModelLLM(AsyncBaseLLM):
         return reply
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
-        pieces = split_words(self.next_reply(messages))
+        self.recent.append({"messages": copy.deepcopy(messages), "params": dict(params)})
+        reply = self.next_reply(messages)
+        calls = reply.get("tool_calls") if isinstance(reply, dict) else None
+        if isinstance(reply, dict):
+            reply = str(reply.get("content") or "")
+        pieces = split_words(reply)
         limit = params.get("max_new_tokens")
         finish = "stop"
         if isinstance(limit, int) and 0 < limit < len(pieces):
@@ -87,6 +101,8 @@ class ScriptedModelLLM(AsyncBaseLLM):
             if i and self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             yield LLMDelta(text=piece)
+        if calls and params.get("tools") and params.get("tool_choice") != "none":
+            yield LLMDelta(extra={"tool_calls": copy.deepcopy(list(calls))})
         usage = Usage(prompt_tokens=count_words(messages), completion_tokens=len(pieces))
         yield LLMDelta(finish_reason=finish, usage=usage)
 
@@ -94,7 +110,7 @@ class ScriptedModelLLM(AsyncBaseLLM):
 def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
     """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, optional ``gen_params``)."""
     llm = ScriptedModelLLM(
-        replies=[str(r) for r in config.get("replies") or []],
+        replies=[r if isinstance(r, dict) else str(r) for r in config.get("replies") or []],
         chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
         cycle=str(config.get("cycle", "model")),
         **config.get("gen_params", {}),

@@ -79,6 +79,14 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     return result
 
 
+def build_model_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
+    """``kind: model``: the model as it is, on OpenAI chat messages with the caller's function
+    tools (``agents.chat_agent.ChatAgent``; what the Responses API runs for a raw model)."""
+    from agents.chat_agent import ChatAgent
+
+    return _with_gen_params(ChatAgent(_llm(spec, ctx), ctx.name, spec.system_prompt), spec)
+
+
 def build_tool_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     """``kind: tool_agent``: the model calls tools until it answers (at most ``max_turn``)."""
     from agents.agent_tool import AgentTool
@@ -261,6 +269,10 @@ def register_builtins(registry: Registry) -> None:
     # state, so stateless requests share one built object (AppState.stateless_agent).
     registry.add_kind("agent", build_agent, supports_tools=False, shared=True, check=check_single)
     registry.add_kind("tool_agent", build_tool_agent, check=check_single)
+    # A raw model on chat messages and the caller's function tools (docs/responses.md).
+    registry.add_kind(
+        "model", build_model_agent, supports_tools=False, shared=True, check=check_single
+    )
     registry.add_kind("task", build_task, supports_tools=False, needs_model=False, check=check_task)
     for name, (module, cls) in BUILTIN_TOOLS.items():
         registry.add_tool(name, _lazy_tool(module, cls))
