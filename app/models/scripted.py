@@ -42,6 +42,13 @@ def count_words(
     return total
 
 
+def _fill(reply: str, messages: Messages) -> str:
+    users = [m for m in messages if m.get("role") == "user"]
+    user = str(users[-1].get("content") or "") if users else ""
+    last = str(messages[-1].get("content") or "") if messages else ""
+    return reply.replace("{user}", user).replace("{last}", last)
+
+
 class ScriptedModelLLM(AsyncBaseLLM):
     """Streams configured replies word by word; usage counts words."""
 
@@ -50,6 +57,7 @@ class ScriptedModelLLM(AsyncBaseLLM):
         replies: list[str] | None = None,
         chunk_delay_s: float = 0.0,
         cycle: str = "model",
+        template: bool = False,
         **gen_params: Any,
     ) -> None:
         super().__init__(**gen_params)
@@ -58,10 +66,15 @@ class ScriptedModelLLM(AsyncBaseLLM):
         self.replies = list(replies or [])
         self.chunk_delay_s = chunk_delay_s
         self.cycle = cycle
+        self.template = template
         self._next = 0
 
     def next_reply(self, messages: Messages) -> str:
         """The next scripted reply, or the last user message when no replies are configured.
+
+        ``template``: ``{user}`` in a reply becomes the last user message, ``{last}`` the last
+        message of any role (e.g. a tool's result), so one script serves every session with
+        its own values (tests: a tool call per session).
 
         ``cycle="model"``: replies in turn across every call. ``cycle="conversation"``: the
         reply after as many as the conversation already holds (its assistant messages), so
@@ -72,10 +85,11 @@ class ScriptedModelLLM(AsyncBaseLLM):
             return str(users[-1].get("content") or "") if users else ""
         if self.cycle == "conversation":
             done = sum(1 for m in messages if m.get("role") == "assistant")
-            return self.replies[done % len(self.replies)]
-        reply = self.replies[self._next % len(self.replies)]
-        self._next += 1
-        return reply
+            reply = self.replies[done % len(self.replies)]
+        else:
+            reply = self.replies[self._next % len(self.replies)]
+            self._next += 1
+        return _fill(reply, messages) if self.template else reply
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
         pieces = split_words(self.next_reply(messages))
@@ -92,11 +106,13 @@ class ScriptedModelLLM(AsyncBaseLLM):
 
 
 def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
-    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, optional ``gen_params``)."""
+    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, ``template``, optional
+    ``gen_params``)."""
     llm = ScriptedModelLLM(
         replies=[str(r) for r in config.get("replies") or []],
         chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
         cycle=str(config.get("cycle", "model")),
+        template=bool(config.get("template", False)),
         **config.get("gen_params", {}),
     )
     return ModelHandle(config["name"], "scripted", llm, LLMRawBackend(llm, config["name"]))
