@@ -99,6 +99,8 @@ EXTRA: dict[str, Codes] = {
     "POST /v1/agents": {409: ("agent_exists",), **_SPEC},
     "GET /v1/agents": _PAGED,
     "PUT /v1/agents/{name}": _SPEC,
+    "GET /v1/agents/{name}/versions": _PAGED,
+    "POST /v1/agents/{name}/rollback": _SPEC,  # the old spec is validated again
     "POST /v1/sessions": {409: ("session_exists",), 422: ("unknown_agent",)},
     "GET /v1/sessions": {**_PAGED, 404: ("not_found",)},  # ?agent= names no agent
     "PUT /v1/sessions/{session_id}/memory": {
@@ -120,7 +122,11 @@ PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     "name": _NAME,  # an agent's name
     "session_id": _NAME,
     "run_id": {"type": "string", "pattern": "^run_[0-9a-f]{32}$"},  # app.db.base.new_id
-    "model_id": {"type": "string", "minLength": 1},  # an agent's or a configured model's name
+    "model_id": {"type": "string", "minLength": 1},
+    "version": {
+        "type": "string",
+        "pattern": "^[1-9][0-9]{0,9}$",
+    },  # an agent's version number  # an agent's or a configured model's name
 }
 
 # Bodies the service validates itself, beyond what the route declares.

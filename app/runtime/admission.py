@@ -49,6 +49,8 @@ class Submission:
     # Set when the session came from a cache: the submission again, its session read afresh
     # (``submit`` calls it when the cached session is gone at admission).
     relookup: Callable[[], Awaitable[Submission]] | None = None
+    # The new run's id (None: a new ``run_...`` id); the Responses API names runs ``resp_...``.
+    run_id: str | None = None
 
 
 # Starts an admitted run's job: (submission, run, memory revision read at admission or None,
@@ -153,7 +155,7 @@ def new_run(sub: Submission) -> Run:
     now = utcnow()
     return transient(
         Run,
-        id=new_id("run"),
+        id=sub.run_id or new_id("run"),
         tenant_id=sub.tenant_id,
         session_pk=sub.session.pk,
         session_id=sub.session.id,

@@ -72,6 +72,7 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         round_robin=True,
         max_turns=1 + 2 * len(subs),
         gen_params=spec.gen_params.to_kwargs(),
+        restart=False,  # a session's turns share the memory
     )
     task.agentstation_gen_params = {}  # the spec's: gen_params
     result: ServableAgent = task
@@ -125,6 +126,7 @@ def build_task(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     task = Task(
         main, name=name, max_turns=spec.max_turns, max_stalled_steps=spec.max_stalled_steps or 3,
         budget=budget, gen_params=getattr(main, "agentstation_gen_params", {}),
+        restart=False,  # a session's turns share the memory
         **_done_rules(spec.done),
     )  # fmt: skip
     for i, sub in enumerate(spec.sub_tasks or []):

@@ -9,7 +9,8 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
-from agents.llms.base import Usage
+from agents.llms.base import Usage, instructions_scope
+from agents.llms.upstreams import route_key
 from agents.memory import load_message
 from app.db.models import Run
 from app.errors import database_unavailable, public_error
@@ -33,6 +34,8 @@ async def execute(deps: JobDeps, job: Job) -> None:
     # The run's log lines carry its id; reset at the end, as an inline run shares its context
     # with the request that runs it.
     run_id_token = run_id_var.set(job.run_id)
+    # A model served by several upstreams sends every turn of the session to the same one.
+    route_token = route_key.set(job.session_key)
     result = TurnResult()
     turn: Turn | None = None
     try:
@@ -45,8 +48,14 @@ async def execute(deps: JobDeps, job: Job) -> None:
                 raise asyncio.CancelledError  # cancelled while queued
             job.started = True
             turn = await _begin(deps, job, lambda: result.usage)
-            # Checked before every model call of the turn; a kernel restart is reported.
-            with budget_scope(turn.budget), kernel_turn(job.session_pk, job.channel):
+            # The budget is checked before every model call of the turn; the turn's own
+            # instructions (if any) are added to every model call's system messages; a kernel
+            # restart is reported.
+            with (
+                budget_scope(turn.budget),
+                instructions_scope(job.instructions),
+                kernel_turn(job.session_pk, job.channel),
+            ):
                 if job.resume is None:
                     await run_turn(
                         turn.agent, job.message, job.session_key, job.gen_params, job.channel,
@@ -94,6 +103,7 @@ async def execute(deps: JobDeps, job: Job) -> None:
         job.done.set()
         deps.forget(job)
         run_id_var.reset(run_id_token)
+        route_key.reset(route_token)
 
 
 async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:

@@ -43,6 +43,7 @@ class Job:
     rev: int | None = None  # the session's memory_rev read at admission (None: read at start)
     budget: BudgetFigures | None = None  # read at submission (None: read at start)
     charge_later: Callable[[str, int], Awaitable[None]] | None = None  # see Submission
+    instructions: str | None = None  # a system message for this turn only (instructions_scope)
     # The turn's lease (PostgreSQL: the session's run lock when its admission took it); the
     # run's task takes it over (``execution.execute``).
     lease: TurnLease = field(default_factory=TurnLease)

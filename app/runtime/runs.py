@@ -144,6 +144,7 @@ class RunManager:
             rev=rev,
             budget=sub.budget if rev is not None else None,
             charge_later=sub.charge_later,
+            instructions=(sub.options or {}).get("instructions"),
             lease=lease.take(),
         )
         # run.created is the first event (seq 1) of every run.
@@ -211,6 +212,7 @@ class RunManager:
             message=input_message(run.input),
             gen_params={},
             channel=channel,
+            instructions=(run.options or {}).get("instructions"),
             resume=resumption,
         )
         self._launch(job, inline)

@@ -217,3 +217,24 @@ class AgentPublic(BaseModel):
 
 
 AgentList = Page[AgentPublic]
+
+
+class AgentVersionPublic(BaseModel):
+    """One stored version of an agent's spec (``GET /v1/agents/{name}/versions``)."""
+
+    agent: str  # the agent's name
+    version: int
+    spec: dict[str, Any]
+    created_at: datetime
+    current: bool  # the agent's current version
+
+
+AgentVersionList = Page[AgentVersionPublic]
+
+
+class AgentRollback(BaseModel):
+    """POST /v1/agents/{name}/rollback: make version ``version``'s spec current again."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    version: Annotated[int, Field(ge=1, le=2**31 - 1), WHOLE]

@@ -1,5 +1,5 @@
 """The fleet's statements: replicas' heartbeats, a dead replica's active runs, and which kernel
-a session's agent last used (migration 0009). ``create_fleet_store`` picks the implementation
+a session's agent last used (migration 0010). ``create_fleet_store`` picks the implementation
 for the database once, at start-up, as ``create_store`` does for the run store.
 
 On PostgreSQL a replica is dead when its heartbeat is older than the TTL or when none of its

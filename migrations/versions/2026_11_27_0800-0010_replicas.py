@@ -1,7 +1,7 @@
 """replicas (liveness), runs.replica (a run's owner) and session_kernels (a kernel's owner)
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-27 07:00:00
 
 - ``replicas``: one row per running gateway replica, its heartbeat (``beat_at``) and state
@@ -21,8 +21,8 @@ from alembic import op
 
 from app.db.base import UTCDateTime
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
