@@ -68,9 +68,8 @@ class Tracing:
 
 
 def _exporters(env: Mapping[str, str]) -> list[Any]:
-    names = [
-        n.strip() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").lower().split(",") if n.strip()
-    ]
+    chosen = env.get("OTEL_TRACES_EXPORTER", "").strip() or "otlp"  # set but empty: the default
+    names = [n.strip() for n in chosen.lower().split(",") if n.strip()]
     exporters: list[Any] = []
     for name in names:
         if name == "console":
@@ -78,9 +77,8 @@ def _exporters(env: Mapping[str, str]) -> list[Any]:
 
             exporters.append(ConsoleSpanExporter())
         elif name == "otlp":
-            protocol = env.get(
-                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-                env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
+                "OTEL_EXPORTER_OTLP_PROTOCOL", ""
             )
             if protocol.strip().lower() == "grpc":
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (

@@ -225,3 +225,20 @@ async def test_the_upstream_model_server_gets_the_trace_context(
     assert (sent_trace, parent) == (trace_id, span_id)  # the chat span is the upstream's parent
     assert int(flags, 16) & 1  # sampled
     assert (chat.attributes or {})["gen_ai.provider.name"] == "openai"
+
+
+def test_the_exporter_follows_the_otel_variables() -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    # Set but empty (a blanked variable) is the default: OTLP over HTTP.
+    for env in (endpoint, {**endpoint, "OTEL_TRACES_EXPORTER": ""}):
+        assert [type(e) for e in tracing_module._exporters(env)] == [Http]
+    grpc = {**endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    assert [type(e) for e in tracing_module._exporters(grpc)] == [Grpc]
+    both = {"OTEL_TRACES_EXPORTER": "otlp,console"}
+    assert [type(e) for e in tracing_module._exporters(both)] == [Http, ConsoleSpanExporter]
+    with pytest.raises(ValueError, match="zipkin"):
+        tracing_module._exporters({"OTEL_TRACES_EXPORTER": "zipkin"})
