@@ -143,6 +143,10 @@ class AgentSpec(BaseModel):
     max_turns: Annotated[int, Field(ge=1, le=1000), WHOLE] | None = None
     max_stalled_steps: Annotated[int, Field(ge=1, le=100), WHOLE] | None = None  # None: 3
     run_budget: RunBudgetSpec | None = None
+    # kind "user_proxy" (agents.user_proxy): the person talks to ``agent`` through a user proxy
+    # that asks them per Byzer-Agent's human_input_mode (the run waits: docs/approvals.md).
+    human_input_mode: Literal["ALWAYS", "TERMINATE", "NEVER"] | None = None
+    max_consecutive_auto_reply: Annotated[int, Field(ge=0, le=100), WHOLE] | None = None
 
     def approval_tools(self) -> list[str] | None:
         """The tools whose calls wait for a person (``["*"]``: all); None: none do."""
