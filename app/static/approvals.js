@@ -6,15 +6,56 @@ import { note } from "./transcript.js";
 // A run waiting for approval (docs/approvals.md): each pending call with its arguments
 // (editable) and Approve / Deny / Run edited; once every call has a decision, ``resume``
 // gets them (app.js: POST /v1/runs/{id}/resume, then the page follows the run's next events).
+// A user_proxy agent's question to the person (docs/approvals.md): its prompt and a reply box;
+// Reply answers (edit {reply}), Leave ends the conversation (deny).
+const HUMAN_INPUT = "human_input";
+
+function replyRow(call, decide) {
+  const row = document.createElement("div");
+  row.className = "approval human-input";
+  row.dataset.callId = call.id;
+  const prompt = document.createElement("pre");
+  prompt.className = "approval-prompt";
+  prompt.textContent = (call.arguments && call.arguments.prompt) || "";
+  const reply = document.createElement("textarea");
+  reply.className = "approval-reply";
+  reply.rows = 3;
+  reply.placeholder = "your reply (Enter sends)";
+  reply.setAttribute("aria-label", "your reply");
+  const buttons = document.createElement("div");
+  buttons.className = "approval-buttons";
+  const send = () => decide(row, call.id, { action: "edit", arguments: { reply: reply.value } });
+  const answer = document.createElement("button");
+  answer.type = "button";
+  answer.className = "approve reply";
+  answer.textContent = "Reply";
+  answer.addEventListener("click", send);
+  reply.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+  });
+  const leave = document.createElement("button");
+  leave.type = "button";
+  leave.className = "deny leave";
+  leave.textContent = "Leave";
+  leave.title = "End the conversation";
+  leave.addEventListener("click", () => decide(row, call.id, { action: "deny", message: null }));
+  buttons.append(answer, leave);
+  row.append(prompt, reply, buttons);
+  return row;
+}
+
 export function renderApproval(calls, resume) {
   const box = $("approvals");
   box.replaceChildren();
   if (!calls.length) { box.hidden = true; return; }
   const head = document.createElement("div");
   head.className = "approvals-head";
-  head.textContent = calls.length === 1
-    ? "This tool call waits for your approval"
-    : calls.length + " tool calls wait for your approval";
+  const asks = calls.every((c) => c.name === HUMAN_INPUT);
+  head.textContent = asks
+    ? "The conversation waits for your reply"
+    : calls.length === 1
+      ? "This tool call waits for your approval"
+      : calls.length + " tool calls wait for your approval";
   box.append(head);
   const decisions = {};
   const decide = (row, id, decision) => {
@@ -24,6 +65,10 @@ export function renderApproval(calls, resume) {
     if (Object.keys(decisions).length === calls.length) resume(Object.values(decisions));
   };
   for (const call of calls) {
+    if (call.name === HUMAN_INPUT) {
+      box.append(replyRow(call, decide));
+      continue;
+    }
     const row = document.createElement("div");
     row.className = "approval";
     row.dataset.callId = call.id;
@@ -67,7 +112,7 @@ export function renderApproval(calls, resume) {
   }
   box.hidden = false;
   document.title = "⚠ Approval needed · AgentStation playground";
-  box.querySelector("button.approve").focus();
+  (box.querySelector("textarea.approval-reply") || box.querySelector("button.approve")).focus();
 }
 
 export function clearApprovals() {
