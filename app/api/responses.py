@@ -106,7 +106,7 @@ async def create_response(request: Request) -> Response:
     if service.stateless(req) and (handle := await service.raw_model(state, who, req.model)):
         # Nothing to keep or continue: the raw model answers in the request (no session).
         rid = ids.mint(ids.RESPONSE, ids.route_key(route_header))
-        events = stateless_events(state, who.tenant_id, handle, req, inp, rid)
+        events = stateless_events(state, who.tenant_id, handle, req, inp, rid, not req.stream)
         if req.stream:
             return event_stream(state, events, None)
         last: dict[str, Any] = {}
