@@ -82,7 +82,7 @@ async def _start_sandbox(state: AppState) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Build the db engine, models, registry, kernel pool and run manager; close them after."""
     settings: Settings = app.state.settings
-    replica = new_replica_id()
+    replica = new_replica_id(settings.replica_name)
     engine = create_engine(
         settings.database_url,
         pool_size=settings.db_pool_size,
@@ -145,6 +145,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.replica_ttl_s,
     )
     state.liveness = liveness
+    state.runs.admissions.recovering = liveness.recovering  # 503 instead of 409 meanwhile
     await liveness.start()  # its heartbeat; the runs of dead replicas are closed
     from app.services.approvals import ApprovalTimeouts
 

@@ -112,6 +112,8 @@ class Settings(OpsSettings):
     # replica whose heartbeat is older than replica_ttl_s (or with no connection left) is dead
     # and its runs are interrupted by a live replica.
     heartbeat_s: float = Field(default=2.0, gt=0)
+    # Part of this replica's id (logs, the replicas table): e.g. the pod's name; default: host.
+    replica_name: str = Field(default="", max_length=32)
     replica_ttl_s: float = Field(default=10.0, gt=0)
     # Outbound URLs agent specs may name beyond public hosts (app.outbound): host names,
     # host:port pairs, CIDR ranges.

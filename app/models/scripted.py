@@ -47,6 +47,25 @@ def count_words(
 Reply = str | dict[str, Any]
 
 
+def _fill(reply: Reply, messages: Messages) -> Reply:
+    """``{user}``/``{last}`` filled in a reply's text (a tool-call turn: its content and its
+    calls' string arguments)."""
+    users = [m for m in messages if m.get("role") == "user"]
+    user = str(users[-1].get("content") or "") if users else ""
+    last = str(messages[-1].get("content") or "") if messages else ""
+
+    def fill(text: str) -> str:
+        return text.replace("{user}", user).replace("{last}", last)
+
+    if isinstance(reply, str):
+        return fill(reply)
+    calls = [
+        {**c, "arguments": fill(c["arguments"])} if isinstance(c.get("arguments"), str) else c
+        for c in reply.get("tool_calls") or []
+    ]
+    return {**reply, "content": fill(str(reply.get("content") or "")), "tool_calls": calls}
+
+
 class ScriptedModelLLM(AsyncBaseLLM):
     """Streams configured replies word by word; usage counts words. A reply may be a native
     tool-call turn, ``{"content": ..., "tool_calls": [{"name", "arguments"}]}`` (the calls
@@ -58,6 +77,7 @@ class ScriptedModelLLM(AsyncBaseLLM):
         replies: list[Reply] | None = None,
         chunk_delay_s: float = 0.0,
         cycle: str = "model",
+        template: bool = False,
         **gen_params: Any,
     ) -> None:
         super().__init__(**gen_params)
@@ -66,11 +86,16 @@ class ScriptedModelLLM(AsyncBaseLLM):
         self.replies = list(replies or [])
         self.chunk_delay_s = chunk_delay_s
         self.cycle = cycle
+        self.template = template
         self._next = 0
         self.recent: deque[dict[str, Any]] = deque(maxlen=16)
 
     def next_reply(self, messages: Messages) -> Reply:
         """The next scripted reply, or the last user message when no replies are configured.
+
+        ``template``: ``{user}`` in a reply becomes the last user message, ``{last}`` the last
+        message of any role (e.g. a tool's result), so one script serves every session with
+        its own values (tests: a tool call per session).
 
         ``cycle="model"``: replies in turn across every call. ``cycle="conversation"``: the
         reply after as many as the conversation already holds (its assistant messages), so
@@ -81,10 +106,11 @@ class ScriptedModelLLM(AsyncBaseLLM):
             return str(users[-1].get("content") or "") if users else ""
         if self.cycle == "conversation":
             done = sum(1 for m in messages if m.get("role") == "assistant")
-            return self.replies[done % len(self.replies)]
-        reply = self.replies[self._next % len(self.replies)]
-        self._next += 1
-        return reply
+            reply = self.replies[done % len(self.replies)]
+        else:
+            reply = self.replies[self._next % len(self.replies)]
+            self._next += 1
+        return _fill(reply, messages) if self.template else reply
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
         self.recent.append({"messages": copy.deepcopy(messages), "params": dict(params)})
@@ -108,11 +134,13 @@ class ScriptedModelLLM(AsyncBaseLLM):
 
 
 def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
-    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, optional ``gen_params``)."""
+    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, ``template``, optional
+    ``gen_params``)."""
     llm = ScriptedModelLLM(
         replies=[r if isinstance(r, dict) else str(r) for r in config.get("replies") or []],
         chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
         cycle=str(config.get("cycle", "model")),
+        template=bool(config.get("template", False)),
         **config.get("gen_params", {}),
     )
     return ModelHandle(config["name"], "scripted", llm, LLMRawBackend(llm, config["name"]))

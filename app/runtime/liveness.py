@@ -5,9 +5,8 @@ Every ``beat_s`` a replica writes its heartbeat (``replicas.beat_at``, its state
 no database connection left). For each dead replica it closes its active runs, found by
 ``runs.replica``:
 
-- a ``running`` run is closed ``interrupted`` (stop reason ``replica_lost``) once its session
-  lock is free (a dead replica's connections, and so its locks, are gone; a stale one's are
-  ended first, ``fence``);
+- a ``running`` run is closed ``interrupted`` (stop reason ``replica_lost``): a dead replica's
+  connections, and so its session locks, are gone (a stale one's are ended first, ``fence``);
 - a ``queued`` run (it was waiting for its session on the dead replica) is closed
   ``interrupted`` too: it is *failed*, not taken up, because its turn's request was answered
   (or streamed) by the dead replica, which alone knew how to deliver it. Its client sees the
@@ -31,17 +30,16 @@ from collections.abc import Callable
 
 from app.runtime.orphans import Orphans
 from app.runtime.store.fleet import FleetStore
-from app.schemas.vocab import RunStatus
 
 log = logging.getLogger(__name__)
 
 LOST = "replica_lost"  # the stop reason of a dead replica's runs
 
 
-def new_replica_id() -> str:
-    """A new id for this process: random, then the host name (at most 45 characters, so
-    ``agentstation:<id>`` fits PostgreSQL's 63-byte ``application_name``)."""
-    return f"{secrets.token_hex(6)}-{socket.gethostname()[:32]}"
+def new_replica_id(name: str = "") -> str:
+    """A new id for this process: random, then ``name`` or the host name (at most 45
+    characters, so ``agentstation:<id>`` fits PostgreSQL's 63-byte ``application_name``)."""
+    return f"{secrets.token_hex(6)}-{(name or socket.gethostname())[:32]}"
 
 
 class Liveness:
@@ -68,6 +66,10 @@ class Liveness:
         """Register (the first beat), then beat and sweep in the background."""
         await self.fleet.beat(self.replica, self.state)
         self._task = asyncio.create_task(self._loop())
+
+    async def recovering(self, session_pk: str) -> bool:
+        """Whether an active run of the session belongs to a dead replica (being closed)."""
+        return await self.fleet.orphaned(session_pk, self.replica, self.ttl_s)
 
     @property
     def state(self) -> str:
@@ -98,11 +100,11 @@ class Liveness:
             if dead.stale:
                 log.warning("replica %s missed its heartbeats: ending its connections", dead.id)
                 await self.fleet.fence(dead.id)
+            # Its session locks went with its connections (or with the fence): no lock to
+            # take first; a concurrent closer (another replica, a turn's admission) is
+            # serialised by the run's row lock in ``close``.
             for run in await self.fleet.active_runs(dead.id):
-                if run.status == RunStatus.RUNNING:
-                    closed += await self.orphans.reap(run.id, run.session_pk, LOST)
-                else:
-                    closed += await self.orphans.close(run.id, LOST)
+                closed += await self.orphans.close(run.id, LOST)
             if await self.fleet.active_runs(dead.id):
                 continue  # a lock still held (a fenced backend ending): the next sweep
             await self.fleet.forget(dead.id)

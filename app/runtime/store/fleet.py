@@ -68,6 +68,10 @@ class FleetStore:
     async def fence(self, replica: str) -> None:
         """End a replica's database connections (its locks go, its writes fail)."""
 
+    async def orphaned(self, session_pk: str, me: str, ttl_s: float) -> bool:
+        """Whether an active run of the session belongs to a dead replica (not ``me``)."""
+        return False
+
     async def active_runs(self, replica: str) -> list[OrphanRun]:
         """``replica``'s queued and running runs."""
         async with self.sessionmaker() as db:
@@ -127,11 +131,31 @@ class PgFleetStore(FleetStore):
     async def leave(self, replica: str) -> None:
         await self.forget(replica)
 
-    async def dead_replicas(self, me: str, ttl_s: float) -> list[DeadReplica]:
+    @staticmethod
+    def _alive(ttl_s: float) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]]:
+        """(the replica's heartbeat is stale, it has a connection) for a ``REPLICAS`` row."""
         stale = REPLICAS.c.beat_at < sa.func.now() - sa.func.make_interval(0, 0, 0, 0, 0, 0, ttl_s)
         activity = sa.table("pg_stat_activity", sa.column("application_name"))
         name = sa.func.left(sa.literal(APPLICATION_PREFIX) + REPLICAS.c.id, NAME_MAX)
-        connected = sa.exists().where(activity.c.application_name == name)
+        return stale, sa.exists().where(activity.c.application_name == name)
+
+    async def orphaned(self, session_pk: str, me: str, ttl_s: float) -> bool:
+        stale, connected = self._alive(ttl_s)
+        live = sa.exists().where(REPLICAS.c.id == Run.replica, ~stale, connected)
+        query = sa.select(
+            sa.exists().where(
+                Run.session_pk == session_pk,
+                Run.status.in_(ACTIVE),
+                Run.replica.is_not(None),
+                Run.replica != me,
+                ~live,
+            )
+        )
+        async with self.sessionmaker() as db:
+            return bool(await db.scalar(query))
+
+    async def dead_replicas(self, me: str, ttl_s: float) -> list[DeadReplica]:
+        stale, connected = self._alive(ttl_s)
         async with self.sessionmaker() as db:
             rows = await db.execute(
                 sa.select(REPLICAS.c.id, stale).where(REPLICAS.c.id != me, stale | ~connected)
