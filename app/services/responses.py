@@ -27,7 +27,7 @@ from agents.chat_agent import chat_message
 from app.db.models import Agent, Run
 from app.db.models import Session as SessionRow
 from app.engines.base import ModelHandle
-from app.errors import BadRequest, Conflict, NotFound, Unavailable
+from app.errors import BadRequest, Conflict, NotFound, RunNotWaiting, Unavailable
 from app.runtime.messages import dump_message
 from app.schemas.agents import AgentCreate, AgentSpec
 from app.schemas.responses import ResponseCreate
@@ -131,9 +131,12 @@ async def plan(
         raise BadRequest(
             "previous_response_id and conversation cannot be used together",
             param="conversation",
+            code="not_supported",
         )
     if req.background and not req.store:
-        raise BadRequest("background responses must be stored (store: true)", param="store")
+        raise BadRequest(
+            "background responses must be stored (store: true)", param="store", code="not_supported"
+        )
     forget = not req.store
     key = ids.route_key(header, req.previous_response_id or conversation)
     tenant = who.tenant_id
@@ -218,6 +221,7 @@ async def _conversation(
                     f"conversation {conversation!r} is with {current.name if current else '?'}"
                     f"; it cannot go on with {agent.name!r}",
                     param="model",
+                    code="not_supported",
                 )
             session.agent_id, session.agent_version = agent.id, agent.version
             state.turn_sessions.pop((tenant, conversation))
@@ -261,7 +265,7 @@ def sampling(req: ResponseCreate) -> dict[str, Any]:
 
 def model_params(req: ResponseCreate) -> dict[str, Any]:
     """What a raw model's call gets besides sampling: the function tools, the answer format."""
-    params = dict(model_tools(req.tools, req.tool_choice, req.parallel_tool_calls).params)
+    params = dict(model_tools(req.tool_dicts(), req.tool_choice, req.parallel_tool_calls).params)
     fmt = response_format(req.text)
     if fmt is not None:
         params["response_format"] = fmt
@@ -274,7 +278,7 @@ def response_meta(
     """What the Response repeats of its request (kept in the run's options); ``spec``: the
     agent's (None: the raw model itself, no session)."""
     hosted = spec is None or spec.kind == "model"  # an agent's tools are its own
-    tools = [t for t in req.tools if t.get("type") == "function"] if hosted else []
+    tools = [t for t in req.tool_dicts() if t.get("type") == "function"] if hosted else []
     text = req.text.model_dump(by_alias=True, exclude_none=True) if req.text else {}
     text.setdefault("format", {"type": "text"})
     return {
@@ -296,9 +300,11 @@ def response_meta(
         "user": req.user,
         "hold": spec is not None and holds_turns(spec),
         "session": session_id,
-        "input": req.input
-        if isinstance(req.input, list)
-        else [{"type": "message", "role": "user", "content": req.input}],
+        "input": (
+            req.items()
+            if isinstance(req.input, list)
+            else [{"type": "message", "role": "user", "content": req.input}]
+        ),
     }
 
 
@@ -381,12 +387,13 @@ async def resume_approved(
         raise BadRequest(
             "mcp_approval_response items answer a response: send its previous_response_id",
             param="previous_response_id",
+            code="missing_field",
         )
     run = await response_run(state, who.tenant_id, req.previous_response_id, "previous_response_id")
     if run.status != RunStatus.REQUIRES_ACTION:
-        raise BadRequest(
+        raise RunNotWaiting(
             f"response {run.id!r} does not wait for approval (status {run.status!r})",
-            param="input",
+            param="previous_response_id",
         )
     decisions = [
         {

@@ -54,6 +54,8 @@ STATE_CODES = frozenset(
         "not_supported",
         "missing_field",
         "url_not_allowed",
+        # The Responses API: a finished response cannot be cancelled (OpenAI's 400).
+        "response_not_cancellable",
     }
 )
 
@@ -114,6 +116,8 @@ def _pin_body(label: str, body: Any, heads: bool) -> None:
         last = messages[-1] if isinstance(messages, list) and messages else {}
         to_agent = heads and isinstance(last, dict) and last.get("role") == "user"
         body["model"] = SEEDS["agent"] if to_agent else SEEDS["model"]
+    elif label == "POST /v1/responses" and _name(body.get("model")):
+        body["model"] = SEEDS["agent"] if heads else SEEDS["model"]
     elif label == "PUT /v1/sessions/{session_id}/memory" and body:
         entries = next(iter(body.values()))
         body.clear()
@@ -135,7 +139,7 @@ def filter_case(context: Any, case: Any) -> bool:
     """No DELETE of the seeded agent or sessions."""
     if case.operation.method.upper() != "DELETE":
         return True
-    kept = {SEEDS["agent"], *SEEDS["sessions"]}
+    kept = {SEEDS["agent"], *SEEDS["sessions"], SEEDS.get("response"), SEEDS.get("conversation")}
     return not set(map(str, (case.path_parameters or {}).values())) & kept
 
 
@@ -163,6 +167,10 @@ def map_case(context: Any, case: Any) -> Any:
             params[name] = SEEDS["run"]
         elif name == "model_id":
             params[name] = SEEDS["model"]
+        elif name == "response_id" and not delete and SEEDS.get("response"):
+            params[name] = SEEDS["response"]
+        elif name == "conversation_id" and not delete and SEEDS.get("conversation"):
+            params[name] = SEEDS["conversation"]
     case.path_parameters = params
     query = case.query
     if isinstance(query, dict):
