@@ -317,15 +317,23 @@ async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, 
                 "SELECT count(*) FROM runs WHERE replica = $1 AND status IN ('queued', 'running')",
                 dead_id,
             )
+            left = await db.fetch(
+                "SELECT pid, state, wait_event, left(query, 60) q FROM pg_stat_activity "
+                "WHERE application_name = $1",
+                f"agentstation:{dead_id}",
+            )
+            if left:  # the dead replica's backends still there (blocked in a statement)
+                print(f"{time.monotonic() - killed_at:.1f} s: {[tuple(r) for r in left]}")
             if not active:
                 break
             assert time.monotonic() - killed_at < 15, f"{active} runs of the dead replica active"
             await asyncio.sleep(0.2)
         swept_s = time.monotonic() - killed_at
-        interrupted = await db.fetchval(
-            "SELECT count(*) FROM runs WHERE replica = $1 AND stop_reason = 'replica_lost'",
+        closed = await db.fetch(
+            "SELECT finished_at FROM runs WHERE replica = $1 AND stop_reason = 'replica_lost'",
             dead_id,
         )
+        interrupted = [round((r["finished_at"] - killed_wall).total_seconds(), 1) for r in closed]
     await asyncio.sleep(max(0.0, 6.0 - (time.monotonic() - killed_at)))
     stop.set()
     await asyncio.gather(*workers)
@@ -335,8 +343,8 @@ async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, 
     assert not load.failures, load.failures
     print(
         f"fleet: {sum(map(len, load.acked.values()))} turns acknowledged, {load.retried} "
-        f"retried after 503, {load.resumed} streams resumed, {interrupted} runs interrupted "
-        f"{swept_s:.1f} s after the kill"
+        f"retried after 503, {load.resumed} streams resumed, runs interrupted at {interrupted} s, "
+        f"none active {swept_s:.1f} s after the kill"
     )
     # Every acknowledged turn is stored: its run completed, its message in the memory.
     for sid, turns in load.acked.items():
