@@ -58,6 +58,11 @@ def create_engine(
                 # A backend whose replica died while it waited in a statement (a lock) ends
                 # within a second instead of holding what it has until the wait is over.
                 "client_connection_check_interval": "1000",
+                # A replica whose host vanished (no FIN) loses its connections within ~11 s of
+                # silence: then it is dead to the others (``pg_stat_activity``).
+                "tcp_keepalives_idle": "5",
+                "tcp_keepalives_interval": "2",
+                "tcp_keepalives_count": "3",
                 **kwargs["connect_args"].get("server_settings", {}),
             }
     engine = create_async_engine(url, **kwargs)

@@ -119,7 +119,7 @@ async def test_a_replica_with_a_stale_heartbeat_is_fenced(
         _asyncpg_url(url), server_settings={"application_name": "agentstation:hung-1"}
     )
     try:
-        await _replica(state, "hung-1", age_s=60)
+        await _replica(state, "hung-1", age_s=120)
         await state.liveness.sweep()
         # Its connections were ended: it can write nothing more (its locks are gone too).
         with pytest.raises((asyncpg.exceptions.AdminShutdownError, asyncpg.InterfaceError)):

@@ -238,7 +238,7 @@ async def _frames(resp: httpx.Response) -> AsyncIterator[tuple[str, int | None, 
 
 class _Refused(Exception):
     def __init__(self, resp: httpx.Response) -> None:
-        super().__init__(resp.status_code)
+        super().__init__(f"{resp.status_code} {resp.text[:300]}")
         self.resp = resp
 
 
@@ -292,6 +292,15 @@ async def _last_run(c: httpx.AsyncClient, sid: str, code: str) -> str:
     raise AssertionError(f"the chat turn's run is not in {runs}")
 
 
+async def _until_running(c: httpx.AsyncClient, sid: str, code: str) -> None:
+    for _ in range(200):
+        runs = (await c.get(f"/v1/sessions/{sid}/runs", params={"limit": 3})).json()["data"]
+        if any(r["input"]["content"] == code and r["status"] == "running" for r in runs):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the long turn of {sid} never ran")
+
+
 async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, str]) -> None:
     async with _db(fleet.url) as db:
         ids = {
@@ -318,6 +327,8 @@ async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, 
     long_turns = [asyncio.create_task(_stream_turn(c, sid, code, load)) for sid in slow]
     workers = [asyncio.create_task(worker(sid)) for sid in [*moved - set(slow), *stayed]]
     await asyncio.sleep(2.0)
+    for sid in slow:  # both long cells run on r0 now
+        await _until_running(c, sid, code)
     fleet.services[0].kill()  # SIGKILL: r0
     killed_at, killed_wall = time.monotonic(), datetime.now(UTC)
     # Its runs, read from the database only: interrupted within 15 s.
