@@ -321,14 +321,19 @@ async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, 
             await _turn(c, sid, k, load)
             k += 1
 
-    # Two moved sessions run one long turn each, surely in the middle of a cell at the kill.
+    # Two moved sessions run one long turn each (20 s), surely in the middle of a cell at the kill.
     slow = sorted(moved)[:2]
-    code = "import time; time.sleep(8); print(x)  # long"
+    code = "import time; time.sleep(20); print(x)  # long"
     long_turns = [asyncio.create_task(_stream_turn(c, sid, code, load)) for sid in slow]
     workers = [asyncio.create_task(worker(sid)) for sid in [*moved - set(slow), *stayed]]
     await asyncio.sleep(2.0)
     for sid in slow:  # both long cells run on r0 now
         await _until_running(c, sid, code)
+    async with _db(fleet.url) as db:
+        where = await db.fetch(
+            "SELECT replica FROM runs WHERE session_id = ANY($1) AND status = 'running'", slow
+        )
+    assert [r["replica"] for r in where] == [dead_id, dead_id]
     fleet.services[0].kill()  # SIGKILL: r0
     killed_at, killed_wall = time.monotonic(), datetime.now(UTC)
     # Its runs, read from the database only: interrupted within 15 s.
