@@ -164,7 +164,10 @@ async def measure(
             for policy in POLICIES:  # the next user message
                 for history in histories[policy]:
                     history.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
-    for handle in handles.values():
+    spread = {}
+    for policy, handle in handles.items():
+        pool = getattr(handle, "pool", None)
+        spread[policy] = [u.requests for u in pool.upstreams] if pool is not None else []
         await handle.close()
     rows: list[dict[str, Any]] = []
     for policy in POLICIES:
@@ -178,6 +181,7 @@ async def measure(
                 "last_turn_ttft_p50_ms": round(statistics.median(ttfts[policy]) * 1000, 1),
                 "last_turn_ttft_p90_ms": round(_pct(ttfts[policy], 0.9) * 1000, 1),
                 "queried_tokens": int(q),
+                "requests_per_server": spread[policy],
             }
         )
     p50 = {p: statistics.median(ttfts[p]) for p in POLICIES}
