@@ -35,7 +35,7 @@ def install(path: str) -> None:
     import app.ops.instrument as instrument
     import app.runtime.events as events
     import app.runtime.runs as runs
-    import app.services.runs as services
+    import app.services.turns as services
     from app.ops.logging import run_id_var
 
     stamps: dict[str, dict[str, float]] = {}

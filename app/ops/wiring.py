@@ -19,6 +19,7 @@ from app.ops.metrics import Metrics, MetricsMiddleware
 from app.ops.ratelimit import RateLimit, RateLimitMiddleware
 from app.ops.retention import RetentionPolicy, RetentionSweeper, SessionDeleted
 from app.ops.shared_limits import FleetLimiter
+from app.ops.tracing import Tracing, setup_tracing, start_tracing
 
 if TYPE_CHECKING:
     from app.state import AppState
@@ -32,6 +33,7 @@ class Ops:
 
     metrics: Metrics
     limiter: FleetLimiter | None  # counted in PostgreSQL once bound to it (start_ops)
+    tracing: Tracing | None = None  # OpenTelemetry, when configured (app/ops/tracing.py)
 
 
 def install_ops(app: FastAPI, settings: OpsSettings) -> Ops:
@@ -48,9 +50,14 @@ def install_ops(app: FastAPI, settings: OpsSettings) -> Ops:
         )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
+    tracing = setup_tracing()  # None unless the OTEL_* variables ask for traces
+    if tracing is not None:  # outermost: the request's span covers everything below
+        from app.ops.tracing import TracingMiddleware
+
+        app.add_middleware(TracingMiddleware, tracing=tracing)
 
     _install_handlers(app, metrics)
-    ops = Ops(metrics=metrics, limiter=limiter)
+    ops = Ops(metrics=metrics, limiter=limiter, tracing=tracing)
     app.state.ops = ops
     return ops
 
@@ -90,7 +97,9 @@ def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
     metrics = ops.metrics
     if ops.limiter is not None:
         ops.limiter.bind(state.engine)  # PostgreSQL: one counter for the fleet
-    instrument_models(state.models.handles, metrics)
+    providers = {name: config.backend for name, config in state.models.configs.items()}
+    instrument_models(state.models.handles, metrics, providers)
+    close_tracing = start_tracing(state, ops.tracing) if ops.tracing is not None else None
     metrics.observe_db_pool(state.engine.sync_engine.pool)
 
     def jobs() -> list[Any]:
@@ -119,4 +128,11 @@ def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
             await state.kernel_pool.shutdown_session(f"{tenant_id}:{session_id}", remove_files=True)
 
     sweeper = start_retention(state.settings, state.sessionmaker, on_session_deleted)
-    return sweeper.aclose
+    if close_tracing is None:
+        return sweeper.aclose
+
+    async def close() -> None:
+        await sweeper.aclose()
+        close_tracing()  # exports the spans still batched
+
+    return close

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.agents import AgentName, GenParams
 from app.schemas.common import MessageIn, Name, Page
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import RunStatus, StrategyName
 
 
 class SessionCreate(BaseModel):
@@ -20,6 +20,15 @@ class SessionCreate(BaseModel):
     agent: AgentName
     id: Annotated[str, Name] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionUpdate(BaseModel):
+    """PATCH /v1/sessions/{id}: ``metadata`` merged into the session's (a key set to null is
+    removed: JSON Merge Patch, one level deep)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    metadata: dict[str, Any]
 
 
 class SessionPublic(BaseModel):
@@ -44,7 +53,7 @@ class RunCreate(BaseModel):
 
     message: MessageIn | str
     stream: bool = Field(default=False, strict=True)
-    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
+    multitask_strategy: StrategyName = "reject"
     on_disconnect: Literal["cancel", "continue"] = "cancel"
     gen_params: GenParams = Field(default_factory=GenParams)
 
@@ -130,6 +139,8 @@ class RunPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     required_action: RequiredAction | None = None  # status ``requires_action``: the calls
+    # The run's OpenTelemetry trace (32 hex digits) when the service traces (docs/observability.md).
+    trace_id: str | None = None
 
 
 RunList = Page[RunPublic]
