@@ -33,7 +33,7 @@ from app.ops.tracing_agents import AgentTracer
 from tests.agents.mcp_server import serve_http
 from tests.agents.test_llms_openai import MockOpenAI, server  # noqa: F401 (the fixture)
 from tests.agents.test_mcp import PLUGIN
-from tests.app.conftest import KEY_A, MODELS, make_settings
+from tests.app.conftest import KEY_A, MODELS, make_settings, parse_sse
 
 CALLER = [
     '```json\n{"name": "critic", "parameters": {"message": "Is 2+2=4?"}}\n```\n',
@@ -226,11 +226,18 @@ async def test_the_upstream_model_server_gets_the_trace_context(
         sid = (await client.post("/v1/sessions", json={"agent": "proxy"})).json()["id"]
         resp = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
         run = resp.json()["run"]
+        # A streamed run: its first and last events carry the trace id too (the playground).
+        body = {"message": "again", "stream": True}
+        frames = parse_sse((await client.post(f"/v1/sessions/{sid}/messages", json=body)).text)
+        events = {f["event"]: f["data"] for f in frames if "event" in f}
+        streamed = events["run.created"]["run"]["trace_id"]
+        assert streamed and streamed != run["trace_id"]  # a trace per request (no traceparent)
+        assert events["run.completed"]["run"]["trace_id"] == streamed
         spans = _finished(application, exporter)
-    chat = _one(spans, "chat remote")
+    chat = _one([s for s in spans if _hex(s)[0] == run["trace_id"]], "chat remote")
     trace_id, span_id = _hex(chat)
     assert run["trace_id"] == trace_id
-    _, sent_trace, parent, flags = server.requests[-1]["headers"]["traceparent"].split("-")
+    _, sent_trace, parent, flags = server.requests[0]["headers"]["traceparent"].split("-")
     assert (sent_trace, parent) == (trace_id, span_id)  # the chat span is the upstream's parent
     assert int(flags, 16) & 1  # sampled
     assert (chat.attributes or {})["gen_ai.provider.name"] == "openai"
