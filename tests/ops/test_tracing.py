@@ -309,3 +309,23 @@ async def test_mcp_servers_and_remote_agents_get_the_trace_context(
     span = next(s for s in memory.get_finished_spans() if s.name == "invoke_agent expert")
     assert span.kind.name == "CLIENT" and span.status.status_code.name == "ERROR"
     assert seen and str(seen[0]).split("-")[1:3] == list(_hex(span))
+
+
+async def test_a_sampled_out_client_trace_records_nothing(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    # parentbased_always_on (the default) follows the client's "not sampled" flag (00): no
+    # span of the turn is recorded, and the agent hooks start none.
+    async for application, client in _client(tmp_path, TEAM):
+        await _agent(client, "reviewer", {"model": "critic"})
+        spec = {"kind": "tool_agent", "model": "caller", "sub_agents": {"critic": "reviewer"}}
+        await _agent(client, "asker", spec)
+        sid = (await client.post("/v1/sessions", json={"agent": "asker"})).json()["id"]
+        resp = await client.post(
+            f"/v1/sessions/{sid}/messages",
+            json={"message": "2+2?"},
+            headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00"},
+        )
+        assert resp.json()["message"]["content"] == "The critic agrees."
+        spans = _finished(application, exporter)
+    assert [s.name for s in spans if _hex(s)[0] == CLIENT_TRACE] == []
