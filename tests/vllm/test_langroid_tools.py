@@ -41,7 +41,8 @@ def recorded(llm: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[
 
     def recording(messages: list[dict[str, Any]], **kwargs: Any) -> AsyncIterator[Any]:
         calls.append((messages, kwargs))
-        return astream(messages, **kwargs)
+        stream: AsyncIterator[Any] = astream(messages, **kwargs)
+        return stream
 
     monkeypatch.setattr(llm, "astream", recording)
     return calls
