@@ -240,6 +240,13 @@ def check_single(spec: AgentSpec, prefix: str) -> None:
 def check_task(spec: AgentSpec, prefix: str) -> None:
     """422s of a ``task`` spec beyond its schema."""
     check_approval(spec, prefix)
+    for field in _PROXY_FIELDS:
+        if getattr(spec, field) is not None:
+            raise ValidationFailed(
+                f"{field!r} is for kind 'user_proxy' (this is 'task')",
+                param=f"{prefix}.{field}",
+                code="not_supported",
+            )
     if spec.agent is None:
         raise ValidationFailed(
             "a task needs an agent (a stored agent's name or a spec)",
