@@ -167,7 +167,11 @@ class TaskRun:
 
     def _remember(self, message: AgentMessage | None) -> None:
         if message is not None and id(message) not in self.remembered:
-            self.agent.update_memory(message, session_id=self.session_id)
+            stored = message
+            if isinstance(message.extra_info, dict) and message.extra_info.get("fallback"):
+                # The model reads the agent's answer as a user turn (langroid: AGENT -> LLM).
+                stored = message.model_copy(update={"sender": "user"})
+            self.agent.update_memory(stored, session_id=self.session_id)
             self.remembered.add(id(message))
 
     async def _llm(self, pending: AgentMessage | None) -> AsyncGenerator[Step]:
@@ -235,7 +239,6 @@ class TaskRun:
             message = answer
         else:
             message = AgentMessage(sender=self.agent.name, content=str(answer))
-        self._remember(message)
         return message.model_copy(update={"extra_info": {"fallback": True}})
 
     async def _user(self, pending: AgentMessage | None) -> AsyncGenerator[Step]:
