@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.llms.base import Usage
 from agents.schema import ActionValidCode, AgentMessage, AgentStatusCode
+from agents.tool_message import DoneTool
 from agents.task_types import (
     DONE,
     NO_ANSWER,
@@ -233,8 +234,11 @@ class TaskRun:
         answer = self.agent.handle_message_fallback(pending)
         if answer is None:
             return None
-        if answer == "done":  # langroid's NonToolAction.DONE: the reply is the result
+        if isinstance(answer, str) and answer == "done":  # langroid's NonToolAction.DONE
             return pending.model_copy(update={"extra_info": {"done": True}})
+        if isinstance(answer, DoneTool):  # langroid: a fallback may end the task with a result
+            done = {"done": True}
+            return AgentMessage(sender=self.agent.name, content=answer.content, extra_info=done)
         if isinstance(answer, AgentMessage):
             message = answer
         else:
