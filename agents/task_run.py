@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from agents.llms.base import Usage
 from agents.schema import ActionValidCode, AgentMessage, AgentStatusCode
-from agents.tool_message import DoneTool
 from agents.task_types import (
     DONE,
     NO_ANSWER,
@@ -33,6 +32,7 @@ from agents.task_types import (
     repeating_cycle,
     result_info,
 )
+from agents.tool_message import DoneTool
 
 if TYPE_CHECKING:
     from agents.task import Task
