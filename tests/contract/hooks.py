@@ -108,6 +108,8 @@ def _pin_body(label: str, body: Any, heads: bool) -> None:
         return
     if label in ("POST /v1/agents", "PUT /v1/agents/{name}"):
         _pin_spec(body.get("spec"))
+    elif label == "POST /v1/agents/{name}/rollback" and heads:
+        body["version"] = 1  # the seeded agent's first version
     elif label == "POST /v1/sessions" and _name(body.get("agent")):
         body["agent"] = SEEDS["agent"]
     elif label == "POST /v1/chat/completions" and _name(body.get("model")):
@@ -131,6 +133,7 @@ def _after(path: str) -> str | None:
         "/v1/agents": SEEDS["agent"],
         "/v1/sessions": SEEDS["sessions"][0],
         "/v1/sessions/{session_id}/runs": SEEDS["run"],
+        "/v1/agents/{name}/versions": "1",
     }.get(path)
 
 
@@ -171,6 +174,8 @@ def map_case(context: Any, case: Any) -> Any:
             params[name] = SEEDS["response"]
         elif name == "conversation_id" and not delete and SEEDS.get("conversation"):
             params[name] = SEEDS["conversation"]
+        elif name == "version":  # the seeded agent's first version
+            params[name] = "1"
     case.path_parameters = params
     query = case.query
     if isinstance(query, dict):
