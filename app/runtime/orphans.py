@@ -43,9 +43,7 @@ class Orphans:
             run_id, lambda mode: cancel_outcome(mode)[0], mode, self.public, waiting_only
         )
 
-    async def reap(
-        self, run_id: str, session_pk: str, mode: str = CancelMode.REPLICA_LOST
-    ) -> bool:
+    async def reap(self, run_id: str, session_pk: str, mode: str = CancelMode.REPLICA_LOST) -> bool:
         """Close ``run_id`` if it is ``running`` but nobody holds its session (its replica
         died: ``replica_lost``, as the liveness sweep says too); True if it did. On SQLite
         one process runs a database's runs: nothing to do (``recover`` closed what a previous
