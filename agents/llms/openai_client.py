@@ -24,6 +24,8 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from agents.tracing import outgoing_headers
+
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _Loop = asyncio.AbstractEventLoop
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -121,7 +123,9 @@ class OpenAIClient:
         for attempt in range(self.retry):
             delay = min(self.max_backoff_s, self.backoff_s * 2**attempt)
             try:
-                resp = await self._session().post(self._url, data=data, headers=self._headers())
+                # The trace context goes upstream when tracing is on (agents/tracing.py).
+                headers = outgoing_headers(self._headers())
+                resp = await self._session().post(self._url, data=data, headers=headers)
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 error = exc
             else:

@@ -10,7 +10,7 @@ transport (retries, backoff, timeouts, cancellation) is ``OpenAIClient``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, BaseLLM, LLMDelta, Messages, Usage
@@ -83,15 +83,21 @@ class _OpenAICompatCore(AsyncBaseLLM):
         body.update(self.extra_body)
         return body
 
-    async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
+    def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
+        return self._astream_on(self.client, messages, params)  # no extra generator per delta
+
+    async def _astream_on(
+        self, client: OpenAIClient, messages: Messages, params: dict[str, Any]
+    ) -> AsyncGenerator[LLMDelta, None]:
+        """One call on ``client`` (``FleetGPTAPI`` picks one of several)."""
         body = self.request_body(messages, params)
         if not self.streaming:
-            yield _completion_delta(await self.client.complete(body))
+            yield _completion_delta(await client.complete(body))
             return
         finish: str | None = None
         usage: Usage | None = None
         # aclosing: stopping this generator must close the HTTP stream now, not at GC.
-        async with contextlib.aclosing(self.client.stream(body)) as chunks:
+        async with contextlib.aclosing(client.stream(body)) as chunks:
             async for chunk in chunks:
                 if chunk.get("usage"):
                     usage = _usage(chunk["usage"])

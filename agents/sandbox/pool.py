@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from agents import tracing
 from agents.sandbox import selftest, workdirs
 from agents.sandbox.config import Level, SandboxConfig, level_rank
 from agents.sandbox.kernel import SandboxKernel
@@ -77,13 +78,25 @@ class KernelPool:
         self, session_key: str, code: str, *, agent: str = "default", timeout_s: float | None = None
     ) -> CellResult:
         """Run one cell in the (session, agent) kernel, starting it if needed."""
-        return await self._loop().run(self._execute((session_key, agent), code, timeout_s))
+        tracer = tracing.TRACER  # a hook point (agents/tracing.py: the kernel cell's span)
+        if tracer is None:
+            return await self._loop().run(self._execute((session_key, agent), code, timeout_s))
+        with tracer.span("kernel.cell", _cell_attributes(agent, code)) as span:
+            cell = await self._loop().run(self._execute((session_key, agent), code, timeout_s))
+            span.set_attribute("agentstation.kernel.status", cell.status)
+            return cell
 
     def execute_sync(
         self, session_key: str, code: str, *, agent: str = "default", timeout_s: float | None = None
     ) -> CellResult:
         """``execute()`` for sync code."""
-        return self._loop().run_sync(self._execute((session_key, agent), code, timeout_s))
+        tracer = tracing.TRACER
+        if tracer is None:
+            return self._loop().run_sync(self._execute((session_key, agent), code, timeout_s))
+        with tracer.span("kernel.cell", _cell_attributes(agent, code)) as span:
+            cell = self._loop().run_sync(self._execute((session_key, agent), code, timeout_s))
+            span.set_attribute("agentstation.kernel.status", cell.status)
+            return cell
 
     async def shutdown_session(self, session_key: str, remove_files: bool = False) -> None:
         """Stop the session's kernels (all agents); with ``remove_files`` drop its work dir."""
@@ -259,8 +272,10 @@ class KernelPool:
             )
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
+            known = self.kernels.get(key)
             kernel = await self._kernel(key)
             result = await kernel.execute(code, limit_s or self.config.timeout_s)
+            result.kernel, result.fresh = kernel.name, kernel is not known
             if result.status in ("timeout", "died"):
                 await self._hard_restart(key, kernel, result)
             dirs = [self.workdir(key[0]), kernel.run_dir]
@@ -370,3 +385,8 @@ class KernelPool:
         shutil.rmtree(self.run_root / self.pool_id, ignore_errors=True)
         if self._lock is not None:
             self._lock.release()
+
+
+def _cell_attributes(agent: str, code: str) -> dict[str, object]:
+    """A kernel cell span's attributes (the code itself is the tool call's arguments)."""
+    return {"agentstation.kernel.agent": agent, "agentstation.kernel.code_length": len(code)}

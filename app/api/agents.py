@@ -6,8 +6,17 @@ from fastapi import APIRouter, Response
 
 from app.api.pages import After, Limit
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
-from app.schemas.agents import AgentCreate, AgentList, AgentPublic, AgentUpdate
+from app.schemas.agents import (
+    AgentCreate,
+    AgentList,
+    AgentPublic,
+    AgentRollback,
+    AgentUpdate,
+    AgentVersionList,
+    AgentVersionPublic,
+)
 from app.schemas.vocab import CancelMode
+from app.services import agent_versions as versions
 from app.services import agents as service
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
@@ -46,6 +55,39 @@ async def update_agent(
     """Replace the spec (version + 1)."""
     agent = await service.update_agent(
         db, who.tenant_id, name, body, state.registry, who.visible(state.models.names())
+    )
+    return service.to_public(agent)
+
+
+@router.get("/{name}/versions")
+async def list_agent_versions(
+    name: str, db: DbDep, who: PrincipalDep, limit: Limit = 20, after: After = None
+) -> AgentVersionList:
+    """The agent's versions, newest first (``after``: the last version number you have)."""
+    agent, rows, more = await versions.list_versions(db, who.tenant_id, name, limit, after)
+    return AgentVersionList(data=[versions.to_public(agent, r) for r in rows], has_more=more)
+
+
+@router.get("/{name}/versions/{version}")
+async def get_agent_version(
+    name: str, version: str, db: DbDep, who: PrincipalDep
+) -> AgentVersionPublic:
+    """One version of the agent's spec."""
+    return versions.to_public(*await versions.get_version(db, who.tenant_id, name, version))
+
+
+@router.post("/{name}/rollback")
+async def rollback_agent(
+    name: str, body: AgentRollback, db: DbDep, who: PrincipalDep, state: StateDep
+) -> AgentPublic:
+    """Make version ``body.version``'s spec current again, as a new version (history kept)."""
+    agent, _ = await versions.rollback(
+        db,
+        who.tenant_id,
+        name,
+        body.version,
+        state.registry,
+        who.visible(state.models.names()),
     )
     return service.to_public(agent)
 

@@ -35,6 +35,11 @@ _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
 }
 
+# The agent loop's own actions (lagent's executor adds them itself): not tools a user adds.
+INTERNAL_TOOLS = frozenset({"FinishAction", "InvalidAction", "NoAction"})
+# Shown as "MCP servers" in the editor: one `mcp` tool per server, with its URL or command.
+MCP_TOOL = "mcp"
+
 router = APIRouter(include_in_schema=False)
 
 
@@ -46,15 +51,21 @@ def _file(name: str) -> FileResponse:
     return FileResponse(path, media_type=_TYPES[ext], headers=_HEADERS)
 
 
-def vocabulary(registry: Any | None) -> dict[str, Any]:
-    """What the page needs to know of the server: event types, statuses, kinds, tools."""
+def vocabulary(registry: Any | None, trace_url: str | None = None) -> dict[str, Any]:
+    """What the page needs to know of the server: event types, statuses, kinds, tools, and
+    where a trace id links (``AGENTSTATION_TRACE_URL``, ``{trace_id}`` replaced; or None)."""
     return {
+        "traceUrl": trace_url,
         "events": {e.name: e.value for e in EventType},
         "endsStream": sorted(e.value for e in EventType if e.ends_stream),
         "statuses": {s.name: s.value for s in RunStatus},
         "active": sorted(s.value for s in ACTIVE),
         "kinds": sorted(registry.kinds) if registry is not None else [],
-        "tools": sorted(registry.tools) if registry is not None else [],
+        "tools": sorted(
+            name
+            for name in (registry.tools if registry is not None else ())
+            if name not in INTERNAL_TOOLS and name != MCP_TOOL
+        ),
     }
 
 
@@ -64,11 +75,19 @@ async def index() -> FileResponse:
     return _file("index.html")
 
 
+@router.get("/favicon.ico")
+async def favicon() -> FileResponse:
+    """The page's icon (browsers and tools ask for /favicon.ico; the page links the SVG)."""
+    return _file("favicon.svg")
+
+
 @router.get("/playground/vocab.js")
 async def vocab(request: Request) -> Response:
     """``window.AGENTSTATION`` = the server's vocabulary (from app.schemas.vocab, the registry)."""
     state = getattr(request.app.state, "agentstation", None)
-    body = "window.AGENTSTATION = " + json.dumps(vocabulary(getattr(state, "registry", None)))
+    settings = getattr(state, "settings", None)
+    known = vocabulary(getattr(state, "registry", None), getattr(settings, "trace_url", None))
+    body = "window.AGENTSTATION = " + json.dumps(known)
     return Response(body + ";\n", media_type=_TYPES["js"], headers=_HEADERS)
 
 

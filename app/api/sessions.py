@@ -24,6 +24,7 @@ from app.deps import (
 )
 from app.errors import ValidationFailed
 from app.ops.budget_store import session_usage
+from app.runtime.kernels import FleetKernelPool
 from app.runtime.runs import run_public
 from app.schemas.sessions import (
     RunCreate,
@@ -32,6 +33,7 @@ from app.schemas.sessions import (
     SessionCreate,
     SessionList,
     SessionPublic,
+    SessionUpdate,
     UsagePublic,
 )
 from app.schemas.vocab import CancelMode
@@ -78,6 +80,16 @@ async def get_session(session_id: str, db: DbDep, who: PrincipalDep) -> SessionP
         prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
     )
     return public
+
+
+@router.patch("/{session_id}")
+async def update_session(
+    session_id: str, body: SessionUpdate, db: DbDep, who: PrincipalDep
+) -> SessionPublic:
+    """Change the session's metadata (merged; a key set to null is removed), e.g. its title."""
+    row, agent = await service.update_session(db, who.tenant_id, session_id, body)
+    invalidate_on_commit(db, TURN_SESSIONS, (who.tenant_id, session_id))  # cached copies
+    return service.to_public(row, agent.name)
 
 
 @router.delete("/{session_id}", status_code=204)
@@ -136,6 +148,8 @@ async def reset_session(session_id: str, who: PrincipalDep, state: StateDep) -> 
     async with state.run_manager.writing_memory(row.pk, session_id) as db:
         await service.reset_memory(db, row)
     await _shutdown_kernel(state, f"{who.tenant_id}:{session_id}")
+    if isinstance(state.kernel_pool, FleetKernelPool):  # a fresh kernel asked for: no restart
+        await state.kernel_pool.forget_session(row.pk)
     return service.to_public(row, agent.name)
 
 

@@ -12,8 +12,10 @@ import aiohttp
 
 from agents.llms.base import AsyncBaseLLM
 from agents.llms.openai_client import APIConnectionError, APIError, OpenAIClient, sse_data
+from agents.llms.upstreams import ROUTINGS, UpstreamPool
 from app.engines.base import EngineError, ModelHandle
 from app.models.encoded import EncodedJSON
+from app.models.fleet import ClosableRaw, FleetRawBackend
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +118,12 @@ class OpenAIRawBackend:
 class OpenAIHandle(ModelHandle):
     """A remote model: agent LLM via ``agents.llms.AsyncGPTAPI``, raw API via HTTP."""
 
-    def __init__(self, name: str, llm: AsyncBaseLLM, raw: OpenAIRawBackend) -> None:
+    def __init__(
+        self, name: str, llm: AsyncBaseLLM, raw: ClosableRaw, pool: UpstreamPool | None = None
+    ) -> None:
         super().__init__(name, "openai", llm, raw)
         self._raw = raw
+        self.pool = pool  # several upstreams: their routing and health
 
     async def close(self) -> None:
         """Close the HTTP clients (raw API and agent LLM)."""
@@ -129,9 +134,29 @@ class OpenAIHandle(ModelHandle):
         await super().close()
 
 
+def _upstreams(config: dict[str, Any]) -> list[str] | None:
+    """The entry's ``upstreams`` (several base URLs of one model), validated; None if absent."""
+    urls = config.get("upstreams")
+    if urls is None:
+        return None
+    if (
+        not isinstance(urls, list)
+        or not urls
+        or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls)
+    ):
+        raise ValueError("upstreams must be a non-empty list of http(s) base URLs")
+    routing = config.get("routing", "session")
+    if routing not in ROUTINGS:
+        raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, not {routing!r}")
+    return [str(u).rstrip("/") for u in urls]
+
+
 def create_openai_handle(config: dict[str, Any]) -> ModelHandle:
     """A handle from ``name``, ``base_url``, ``model``, ``api_key_env`` (+ optional ones below)."""
-    # Optional: timeout_s (600), max_connections (raw API; 0 = unlimited), gen_params (agent LLM).
+    # Optional: timeout_s (600), max_connections (raw API; 0 = unlimited), gen_params (agent LLM);
+    # upstreams (several base URLs instead of base_url), routing (session | least_loaded |
+    # round_robin), upstream_backoff_s (1), upstream_max_backoff_s (30): docs/engine.md.
+    from agents.llms.fleet import FleetGPTAPI
     from agents.llms.openai_compat import AsyncGPTAPI  # written by the llms teammate
 
     env = config.get("api_key_env")
@@ -140,6 +165,18 @@ def create_openai_handle(config: dict[str, Any]) -> ModelHandle:
     model = str(config.get("model") or config["name"])
     timeout = float(config.get("timeout_s", 600))
     connections = int(config.get("max_connections", 0))
-    llm = AsyncGPTAPI(model, key=key or "EMPTY", base_url=base_url, **config.get("gen_params", {}))
-    raw = OpenAIRawBackend(base_url, model, key, timeout, connections)
-    return OpenAIHandle(config["name"], llm, raw)
+    gen_params = config.get("gen_params", {})
+    urls = _upstreams(config)
+    if urls is None:
+        llm = AsyncGPTAPI(model, key=key or "EMPTY", base_url=base_url, **gen_params)
+        raw = OpenAIRawBackend(base_url, model, key, timeout, connections)
+        return OpenAIHandle(config["name"], llm, raw)
+    routing = str(config.get("routing", "session"))
+    backoff = float(config.get("upstream_backoff_s", 1.0))
+    max_backoff = float(config.get("upstream_max_backoff_s", 30.0))
+    pool = UpstreamPool(urls, routing, backoff, max_backoff)  # one view of health for both
+    fleet_llm = FleetGPTAPI(model, urls, pool=pool, key=key or "EMPTY", **gen_params)
+    backends: dict[str, ClosableRaw] = {
+        u: OpenAIRawBackend(u, model, key, timeout, connections) for u in urls
+    }
+    return OpenAIHandle(config["name"], fleet_llm, FleetRawBackend(pool, backends), pool)

@@ -15,7 +15,7 @@ class OpsSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="AGENTSTATION_", extra="ignore")
 
-    rate_limit: str | None = None  # "120/minute"; per API key and per replica; None = off
+    rate_limit: str | None = None  # "120/minute" per API key, fleet-wide on PostgreSQL; None = off
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
     # One structured line per request (agentstation.access); off by default: a log line costs

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages
 from app.ops.metrics import Metrics
@@ -17,14 +17,36 @@ from app.schemas.vocab import WAITING
 log = logging.getLogger("agentstation.runs")
 
 
+class ChatTracer(Protocol):
+    """Opens a model call's span (``app/ops/tracing_agents.py: AgentTracer.chat``)."""
+
+    def chat(
+        self,
+        model: str,
+        provider: str,
+        messages: Messages,
+        params: dict[str, Any],
+        stream: Callable[[], AsyncIterator[LLMDelta]],
+    ) -> AsyncIterator[LLMDelta]: ...
+
+
 class InstrumentedLLM(AsyncBaseLLM):
     """A model that records TTFT and usage per call; otherwise the same model."""
 
-    def __init__(self, inner: AsyncBaseLLM, model: str, metrics: Metrics) -> None:
+    def __init__(
+        self, inner: AsyncBaseLLM, model: str, metrics: Metrics, provider: str = ""
+    ) -> None:
         # No super().__init__: parameters and template stay the inner model's own objects.
         self.inner = inner
         self.model = model
         self.metrics = metrics
+        self.provider = provider or model  # its backend (gen_ai.provider.name)
+        # Tracing's chat spans (app/ops/tracing_agents.py), set by ``trace``; None: off.
+        self.tracer: ChatTracer | None = None
+
+    def trace(self, tracer: ChatTracer | None) -> None:
+        """Open a ``chat {model}`` span per call with ``tracer`` (None: no spans)."""
+        self.tracer = tracer
 
     def __getattr__(self, name: str) -> Any:
         # Anything not defined here (path, gen_params, meta_template, backend extras).
@@ -34,18 +56,30 @@ class InstrumentedLLM(AsyncBaseLLM):
         """The inner model's per-call parameters."""
         return self.inner.update_gen_params(**kwargs)
 
-    async def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
+    def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
         """Stream the inner model (which runs the call guards: budgets), recording its
-        first-token time and usage."""
+        first-token time and usage; in a ``chat`` span when tracing is on."""
+        tracer = self.tracer
+        if tracer is None:
+            return self._measured(messages, kwargs)
+        params = self.inner.update_gen_params(**kwargs)
+        return tracer.chat(
+            self.model, self.provider, messages, params, lambda: self._measured(messages, kwargs)
+        )
+
+    async def _measured(
+        self, messages: Messages, kwargs: dict[str, Any]
+    ) -> AsyncIterator[LLMDelta]:
         start = time.perf_counter()
         first = True
+        metrics, model, provider = self.metrics, self.model, self.provider
         async for delta in self.inner.astream(messages, **kwargs):
             if first and delta.text:
                 first = False
-                self.metrics.time_to_first_token(self.model, time.perf_counter() - start)
+                metrics.time_to_first_token(model, time.perf_counter() - start, provider)
             if delta.usage is not None:
                 usage = delta.usage
-                self.metrics.tokens(self.model, usage.prompt_tokens, usage.completion_tokens)
+                metrics.tokens(model, usage.prompt_tokens, usage.completion_tokens, provider)
             yield delta
 
     async def chat(self, messages: Messages, **kwargs: Any) -> str:
@@ -62,10 +96,11 @@ class InstrumentedLLM(AsyncBaseLLM):
 class InstrumentedRaw:
     """A raw OpenAI chat backend that records TTFT and usage (when the engine reports it)."""
 
-    def __init__(self, inner: Any, model: str, metrics: Metrics) -> None:
+    def __init__(self, inner: Any, model: str, metrics: Metrics, provider: str = "") -> None:
         self.inner = inner
         self.model = model
         self.metrics = metrics
+        self.provider = provider or model
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -85,23 +120,30 @@ class InstrumentedRaw:
                 (c.get("delta") or {}).get("content") for c in chunk.get("choices") or []
             ):
                 first = False
-                self.metrics.time_to_first_token(self.model, time.perf_counter() - start)
+                self.metrics.time_to_first_token(
+                    self.model, time.perf_counter() - start, self.provider
+                )
             self._usage(chunk.get("usage"))
             yield chunk
 
     def _usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
             prompt = int(usage.get("prompt_tokens") or 0)
-            self.metrics.tokens(self.model, prompt, int(usage.get("completion_tokens") or 0))
+            completion = int(usage.get("completion_tokens") or 0)
+            self.metrics.tokens(self.model, prompt, completion, self.provider)
 
 
-def instrument_models(handles: dict[str, Any], metrics: Metrics) -> None:
-    """Wrap each handle's ``llm`` and ``raw`` in place (agents built afterwards use them)."""
+def instrument_models(
+    handles: dict[str, Any], metrics: Metrics, providers: Mapping[str, str] | None = None
+) -> None:
+    """Wrap each handle's ``llm`` and ``raw`` in place (agents built afterwards use them);
+    ``providers``: each model's backend (the GenAI metrics' ``gen_ai_provider_name``)."""
     for name, handle in handles.items():
+        provider = (providers or {}).get(name, "")
         if not isinstance(handle.llm, InstrumentedLLM):
-            handle.llm = InstrumentedLLM(handle.llm, name, metrics)
+            handle.llm = InstrumentedLLM(handle.llm, name, metrics, provider)
         if not isinstance(handle.raw, InstrumentedRaw):
-            handle.raw = InstrumentedRaw(handle.raw, name, metrics)
+            handle.raw = InstrumentedRaw(handle.raw, name, metrics, provider)
 
 
 def kernel_counts(kernels: list[Any]) -> dict[str, int]:

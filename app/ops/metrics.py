@@ -26,6 +26,15 @@ _RUN_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 # Waits for a person: seconds to a week.
 _APPROVAL_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400, 7 * 86400)
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+# The GenAI semantic conventions' advised buckets for their two metrics.
+_GENAI_TOKEN_BUCKETS = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
+_GENAI_TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+# gen_ai.* attributes as Prometheus labels (dots become underscores, as OpenTelemetry maps them).
+_GENAI_LABELS = ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]
 UNMATCHED_ROUTE = "<unmatched>"  # 404s: one label value instead of one per random path
 SANDBOX_LEVELS = ("L0", "L1", "L3")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -87,6 +96,22 @@ class Metrics:
             ["model", "kind"],
             registry=reg,
         )
+        # OpenTelemetry's GenAI metrics, named as its Prometheus mapping names them:
+        # gen_ai.client.token.usage ({token}) and gen_ai.server.time_to_first_token (s).
+        self.genai_token_usage = Histogram(
+            "gen_ai_client_token_usage",
+            "Tokens per model call by type (gen_ai.client.token.usage: input|output).",
+            [*_GENAI_LABELS, "gen_ai_token_type"],
+            buckets=_GENAI_TOKEN_BUCKETS,
+            registry=reg,
+        )
+        self.genai_ttft = Histogram(
+            "gen_ai_server_time_to_first_token_seconds",
+            "Time from a model call to its first token (gen_ai.server.time_to_first_token).",
+            _GENAI_LABELS,
+            buckets=_GENAI_TTFT_BUCKETS,
+            registry=reg,
+        )
         self.queue_depth = Gauge(
             "agentstation_runs_queued", "Runs waiting for their session.", registry=reg
         )
@@ -126,8 +151,8 @@ class Metrics:
         )
         self._samplers: list[Callable[[], None]] = []
         # Labelled children by model: per-call .labels() costs a lock and label checks.
-        self._model_tokens: dict[str, tuple[Counter, Counter]] = {}
-        self._model_ttft: dict[str, Histogram] = {}
+        self._model_tokens: dict[str, tuple[Counter, Counter, Histogram, Histogram]] = {}
+        self._model_ttft: dict[str, tuple[Histogram, Histogram]] = {}
 
     # --- calls for the runtime ---------------------------------------------------------------
 
@@ -140,25 +165,35 @@ class Metrics:
         self.runs.labels(status).inc()
         self.run_duration.labels(status).observe(max(0.0, duration_s))
 
-    def tokens(self, model: str, prompt: int, completion: int) -> None:
-        """Add one model call's token usage."""
-        counters = self._model_tokens.get(model)
-        if counters is None:  # labelled children cached per model (as MetricsMiddleware does)
-            counters = self._model_tokens[model] = (
+    def tokens(self, model: str, prompt: int, completion: int, provider: str = "") -> None:
+        """Add one model call's token usage (``provider``: the model's backend)."""
+        children = self._model_tokens.get(model)
+        if children is None:  # labelled children cached per model (as MetricsMiddleware does)
+            genai = ("chat", provider or model, model)
+            children = self._model_tokens[model] = (
                 self.tokens_total.labels(model, "prompt"),
                 self.tokens_total.labels(model, "completion"),
+                self.genai_token_usage.labels(*genai, "input"),
+                self.genai_token_usage.labels(*genai, "output"),
             )
         if prompt:
-            counters[0].inc(prompt)
+            children[0].inc(prompt)
         if completion:
-            counters[1].inc(completion)
+            children[1].inc(completion)
+        children[2].observe(prompt)
+        children[3].observe(completion)
 
-    def time_to_first_token(self, model: str, seconds: float) -> None:
+    def time_to_first_token(self, model: str, seconds: float, provider: str = "") -> None:
         """Record the time from a model call to its first token."""
-        histogram = self._model_ttft.get(model)
-        if histogram is None:
-            histogram = self._model_ttft[model] = self.ttft.labels(model)
-        histogram.observe(max(0.0, seconds))
+        children = self._model_ttft.get(model)
+        if children is None:
+            children = self._model_ttft[model] = (
+                self.ttft.labels(model),
+                self.genai_ttft.labels("chat", provider or model, model),
+            )
+        seconds = max(0.0, seconds)
+        children[0].observe(seconds)
+        children[1].observe(seconds)
 
     def set_queue_depth(self, queued: int, active: int | None = None) -> None:
         """Set how many runs wait (and, optionally, how many execute)."""

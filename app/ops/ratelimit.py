@@ -1,6 +1,8 @@
-"""Per-API-key rate limiting: an in-process token bucket per key, as a pure ASGI middleware.
+"""Per-API-key rate limiting as a pure ASGI middleware, over a ``Limiter``.
 
-Limits are per replica: N replicas behind a load balancer admit up to N times the limit.
+``TokenBucketLimiter`` counts in this process (SQLite: one process serves). On PostgreSQL the
+fleet shares one counter per key (``app.ops.shared_limits.PgRateLimiter``: the same bucket as
+GCRA, one statement per admission), so N replicas admit the limit once, not N times.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -65,6 +68,16 @@ class RateLimit:
         return f"{self.limit}/{self.period_s:g}s"
 
 
+class Limiter(Protocol):
+    """What the middleware asks: admit one request of ``key`` (0) or say how long to wait."""
+
+    rate: RateLimit
+
+    async def admit(self, key: str) -> float:
+        """0 if admitted, else the seconds until a request of ``key`` would be."""
+        ...
+
+
 class _Bucket:
     __slots__ = ("tokens", "updated")
 
@@ -104,6 +117,10 @@ class TokenBucketLimiter:
             bucket.tokens -= 1.0
             return 0.0
         return (1.0 - bucket.tokens) / self._refill_per_s
+
+    async def admit(self, key: str) -> float:
+        """``acquire`` (the ``Limiter`` protocol)."""
+        return self.acquire(key)
 
     def remaining(self, key: str) -> int:
         """Whole tokens left for ``key`` right now (for headers and tests)."""
@@ -154,7 +171,7 @@ class RateLimitMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        limiter: TokenBucketLimiter,
+        limiter: Limiter,
         exempt_paths: Iterable[str] = DEFAULT_EXEMPT,
         on_limited: Callable[[], None] | None = None,
     ) -> None:
@@ -167,7 +184,7 @@ class RateLimitMiddleware:
         if scope["type"] != "http" or scope["path"] in self.exempt_paths:
             await self.app(scope, receive, send)
             return
-        wait_s = self.limiter.acquire(caller_key(scope))
+        wait_s = await self.limiter.admit(caller_key(scope))
         if wait_s <= 0.0:
             await self.app(scope, receive, send)
             return

@@ -16,8 +16,10 @@ from app.ops.config import OpsSettings
 from app.ops.instrument import instrument_models, observe_runs, record_run, sample_kernel_pool
 from app.ops.logging import RequestIdMiddleware, configure_logging
 from app.ops.metrics import Metrics, MetricsMiddleware
-from app.ops.ratelimit import RateLimit, RateLimitMiddleware, TokenBucketLimiter
+from app.ops.ratelimit import RateLimit, RateLimitMiddleware
 from app.ops.retention import RetentionPolicy, RetentionSweeper, SessionDeleted
+from app.ops.shared_limits import FleetLimiter
+from app.ops.tracing import Tracing, setup_tracing, start_tracing
 
 if TYPE_CHECKING:
     from app.state import AppState
@@ -30,7 +32,8 @@ class Ops:
     """What ``install_ops`` set up (also at ``app.state.ops``)."""
 
     metrics: Metrics
-    limiter: TokenBucketLimiter | None
+    limiter: FleetLimiter | None  # counted in PostgreSQL once bound to it (start_ops)
+    tracing: Tracing | None = None  # OpenTelemetry, when configured (app/ops/tracing.py)
 
 
 def install_ops(app: FastAPI, settings: OpsSettings) -> Ops:
@@ -41,15 +44,20 @@ def install_ops(app: FastAPI, settings: OpsSettings) -> Ops:
     # Starlette runs the last-added middleware first: request id, then metrics, then the limit,
     # so 429s are counted and logged with their request id.
     if settings.rate_limit:
-        limiter = TokenBucketLimiter(RateLimit.parse(settings.rate_limit))
+        limiter = FleetLimiter(RateLimit.parse(settings.rate_limit))
         app.add_middleware(
             RateLimitMiddleware, limiter=limiter, on_limited=metrics.rate_limited.inc
         )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
+    tracing = setup_tracing()  # None unless the OTEL_* variables ask for traces
+    if tracing is not None:  # outermost: the request's span covers everything below
+        from app.ops.tracing import TracingMiddleware
+
+        app.add_middleware(TracingMiddleware, tracing=tracing)
 
     _install_handlers(app, metrics)
-    ops = Ops(metrics=metrics, limiter=limiter)
+    ops = Ops(metrics=metrics, limiter=limiter, tracing=tracing)
     app.state.ops = ops
     return ops
 
@@ -87,7 +95,11 @@ def start_retention(
 def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
     """Lifespan part: instrument models, sample live state, start retention; returns a closer."""
     metrics = ops.metrics
-    instrument_models(state.models.handles, metrics)
+    if ops.limiter is not None:
+        ops.limiter.bind(state.engine)  # PostgreSQL: one counter for the fleet
+    providers = {name: config.backend for name, config in state.models.configs.items()}
+    instrument_models(state.models.handles, metrics, providers)
+    close_tracing = start_tracing(state, ops.tracing) if ops.tracing is not None else None
     metrics.observe_db_pool(state.engine.sync_engine.pool)
 
     def jobs() -> list[Any]:
@@ -116,4 +128,11 @@ def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
             await state.kernel_pool.shutdown_session(f"{tenant_id}:{session_id}", remove_files=True)
 
     sweeper = start_retention(state.settings, state.sessionmaker, on_session_deleted)
-    return sweeper.aclose
+    if close_tracing is None:
+        return sweeper.aclose
+
+    async def close() -> None:
+        await sweeper.aclose()
+        close_tracing()  # exports the spans still batched
+
+    return close

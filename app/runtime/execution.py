@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.llms.base import Usage, instructions_scope
+from agents.llms.upstreams import route_key
 from agents.memory import load_message
 from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
@@ -17,6 +18,7 @@ from app.outbound import OutboundRefused
 from app.runtime.approvals import waiting_state
 from app.runtime.finish import finish, finish_safely, guard
 from app.runtime.jobs import Job, JobDeps, Turn
+from app.runtime.kernels import kernel_turn
 from app.runtime.memory_cache import memory_nodes, plain_memories
 from app.runtime.runner import TurnResult, merge_state, resume_turn, run_turn
 from app.schemas.vocab import CancelMode, RunStatus, StopReason, cancel_outcome
@@ -29,6 +31,8 @@ async def execute(deps: JobDeps, job: Job) -> None:
     # The run's log lines carry its id; reset at the end, as an inline run shares its context
     # with the request that runs it.
     run_id_token = run_id_var.set(job.run_id)
+    # A model served by several upstreams sends every turn of the session to the same one.
+    route_token = route_key.set(job.session_key)
     result = TurnResult()
     turn: Turn | None = None
     try:
@@ -42,8 +46,13 @@ async def execute(deps: JobDeps, job: Job) -> None:
             job.started = True
             turn = await _begin(deps, job, lambda: result.usage)
             # The budget is checked before every model call of the turn; the turn's own
-            # instructions (if any) are added to every model call's system messages.
-            with budget_scope(turn.budget), instructions_scope(job.instructions):
+            # instructions (if any) are added to every model call's system messages; a kernel
+            # restart is reported.
+            with (
+                budget_scope(turn.budget),
+                instructions_scope(job.instructions),
+                kernel_turn(job.session_pk, job.channel),
+            ):
                 if job.resume is None:
                     await run_turn(
                         turn.agent, job.message, job.session_key, job.gen_params, job.channel,
@@ -98,6 +107,7 @@ async def execute(deps: JobDeps, job: Job) -> None:
         job.done.set()
         deps.forget(job)
         run_id_var.reset(run_id_token)
+        route_key.reset(route_token)
 
 
 async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:

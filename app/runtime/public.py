@@ -31,6 +31,7 @@ def run_public(run: Run) -> dict[str, Any]:
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
         "required_action": required_action(run.pending),
+        "trace_id": (run.options or {}).get("trace_id"),  # set when tracing is on
     }
 
 

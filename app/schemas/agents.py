@@ -143,6 +143,10 @@ class AgentSpec(BaseModel):
     max_turns: Annotated[int, Field(ge=1, le=1000), WHOLE] | None = None
     max_stalled_steps: Annotated[int, Field(ge=1, le=100), WHOLE] | None = None  # None: 3
     run_budget: RunBudgetSpec | None = None
+    # kind "user_proxy" (agents.user_proxy): the person talks to ``agent`` through a user proxy
+    # that asks them per Byzer-Agent's human_input_mode (the run waits: docs/approvals.md).
+    human_input_mode: Literal["ALWAYS", "TERMINATE", "NEVER"] | None = None
+    max_consecutive_auto_reply: Annotated[int, Field(ge=0, le=100), WHOLE] | None = None
 
     def approval_tools(self) -> list[str] | None:
         """The tools whose calls wait for a person (``["*"]``: all); None: none do."""
@@ -218,3 +222,24 @@ class AgentPublic(BaseModel):
 
 
 AgentList = Page[AgentPublic]
+
+
+class AgentVersionPublic(BaseModel):
+    """One stored version of an agent's spec (``GET /v1/agents/{name}/versions``)."""
+
+    agent: str  # the agent's name
+    version: int
+    spec: dict[str, Any]
+    created_at: datetime
+    current: bool  # the agent's current version
+
+
+AgentVersionList = Page[AgentVersionPublic]
+
+
+class AgentRollback(BaseModel):
+    """POST /v1/agents/{name}/rollback: make version ``version``'s spec current again."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    version: Annotated[int, Field(ge=1, le=2**31 - 1), WHOLE]

@@ -22,6 +22,15 @@ class SessionCreate(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+class SessionUpdate(BaseModel):
+    """PATCH /v1/sessions/{id}: ``metadata`` merged into the session's (a key set to null is
+    removed: JSON Merge Patch, one level deep)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    metadata: dict[str, Any]
+
+
 class SessionPublic(BaseModel):
     """A session."""
 
@@ -136,6 +145,8 @@ class RunPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     required_action: RequiredAction | None = None  # status ``requires_action``: the calls
+    # The run's OpenTelemetry trace (32 hex digits) when the service traces (docs/observability.md).
+    trace_id: str | None = None
 
 
 RunList = Page[RunPublic]

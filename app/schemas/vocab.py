@@ -61,6 +61,9 @@ class EventType(StrEnum):
     MESSAGE_DELTA = "message.delta"
     MESSAGE = "message"
     RUN_GAP = "run.gap"
+    # A tool's kernel was started afresh where the session had one before (its replica died or
+    # changed, or the kernel stopped): earlier variables are gone (app/runtime/kernels.py).
+    KERNEL_RESTARTED = "kernel.restarted"
     RUN_COMPLETED = "run.completed", True
     RUN_FAILED = "run.failed", True
     RUN_CANCELLED = "run.cancelled", True

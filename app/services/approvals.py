@@ -134,7 +134,11 @@ def check_decisions(
 async def _claim(state: AppState, run_id: str) -> tuple[Run, list[Event]]:
     """``requires_action`` → ``queued``, once: the run as it is now and its stored events
     (``RunStore.claim_waiting``); 409 when it no longer waits."""
-    claimed = await state.run_manager.store.claim_waiting(run_id)
+    claimed = await state.run_manager.store.claim_waiting(
+        # This replica runs it now (liveness sweeps a dead replica's runs by this column).
+        run_id,
+        {"replica": state.replica},
+    )
     if isinstance(claimed, str):
         raise _not_waiting(run_id, claimed)
     run, rows = claimed

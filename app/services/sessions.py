@@ -18,7 +18,7 @@ from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.runtime.memory_cache import Lists
 from app.runtime.messages import dump_message
 from app.runtime.store.rows import SESSIONS, load_state, memory_rev_bump
-from app.schemas.sessions import SessionCreate, SessionPublic
+from app.schemas.sessions import SessionCreate, SessionPublic, SessionUpdate
 from app.schemas.vocab import BUSY
 from app.services.agent_refs import resolve_refs
 from app.services.agents import agent_spec, get_agent
@@ -81,6 +81,23 @@ async def create_session(
         raise Conflict(
             f"session {row.id!r} already exists", param="id", code="session_exists"
         ) from exc
+    return row, agent
+
+
+async def update_session(
+    db: AsyncSession, tenant_id: str, session_id: str, body: SessionUpdate
+) -> tuple[SessionRow, Agent]:
+    """Merge ``body.metadata`` into the session's metadata (null removes a key)."""
+    row, agent = await get_session(db, tenant_id, session_id)
+    metadata = dict(row.metadata_ or {})
+    for key, value in body.metadata.items():
+        if value is None:
+            metadata.pop(key, None)
+        else:
+            metadata[key] = value
+    row.metadata_ = metadata  # a new dict: the JSON column sees the change
+    row.updated_at = utcnow()
+    await db.flush()
     return row, agent
 
 

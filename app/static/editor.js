@@ -1,11 +1,13 @@
 // The agent editor: the spec as a form or as JSON; fields the form lacks are kept.
 import { api } from "./api.js";
 import { $, V, ui } from "./common.js";
+import { showTools, toolsSpec } from "./tools.js";
+import { loadVersions } from "./versions.js";
 
 // Set by app.js: what happens after a save, and how to show the editor's tab.
 export const hooks = { afterSave: async (_agent) => {}, showTab: (_name) => {} };
 
-const FORM_KEYS = ["kind", "model", "system_prompt", "gen_params", "tools", "max_turn"];
+const FORM_KEYS = ["kind", "model", "system_prompt", "gen_params", "tools", "max_turn", "approval"];
 
 export function fillSelect(select, values, current) {
   const opts = [...values];
@@ -21,20 +23,6 @@ export function fillSelect(select, values, current) {
 
 export function fillModelSelect() {
   fillSelect($("f-model"), ui.models, $("f-model").value || ui.models[0]);
-}
-
-export function toolBoxes(selected) {
-  const box = $("f-tools");
-  const legend = box.querySelector("legend");
-  box.replaceChildren(legend, ...V.tools.map((name) => {
-    const label = document.createElement("label");
-    const input = document.createElement("input");
-    input.type = "checkbox";
-    input.value = name;
-    input.checked = selected.includes(name);
-    label.append(input, name);
-    return label;
-  }));
 }
 
 function numberOrNull(id) {
@@ -58,11 +46,10 @@ function formAgent() {
   if (maxTokens === null) delete gen.max_new_tokens; else gen.max_new_tokens = maxTokens;
   if (Object.keys(gen).length) spec.gen_params = gen;
   const tools = usesTools();
-  const checked = tools
-    ? [...$("f-tools").querySelectorAll("input:checked")].map((i) => i.value) : [];
-  const oldTools = base.tools || [];
-  if (checked.length) {
-    spec.tools = checked.map((name) => oldTools.find((t) => t.name === name) || { name });
+  if (tools) {
+    const { tools: refs, approval } = toolsSpec();
+    if (refs.length) spec.tools = refs;
+    if (approval) spec.approval = approval;
   }
   const maxTurn = numberOrNull("f-max-turn");
   if (maxTurn !== null && tools) spec.max_turn = maxTurn;
@@ -84,7 +71,7 @@ function fillForm(agent) {
   $("f-temperature").value = gen.temperature ?? "";
   $("f-max-tokens").value = gen.max_new_tokens ?? "";
   $("f-max-turn").value = spec.max_turn ?? "";
-  toolBoxes((spec.tools || []).map((t) => t.name));
+  showTools(spec);
   syncKind();
 }
 
@@ -101,10 +88,20 @@ export function editAgent(agent) {
   if (jsonMode()) $("f-json").value = JSON.stringify(formAgent(), null, 2);
   $("agent-save").textContent = "Save version " + (agent.version + 1);
   $("agent-msg").textContent = "";
+  loadVersions(agent.name).catch(() => {});
+}
+
+// An older version's spec in the editor: Save makes it the next version (as a rollback does).
+export function showVersion(agent, version) {
+  editAgent({ ...agent, spec: version.spec });
+  $("agent-msg").textContent = "version " + version.version + " in the editor"
+    + (version.current ? "" : ": Save makes it version " + (agent.version + 1));
+  $("agent-msg").className = "msg";
 }
 
 export function newAgent() {
   ui.editing = null;
+  loadVersions(null);
   fillForm({ name: "", spec: { kind: "agent", model: ui.models[0] } });
   if (jsonMode()) $("f-json").value = JSON.stringify(formAgent(), null, 2);
   $("agent-save").textContent = "Create agent";
@@ -129,6 +126,9 @@ export function setView(json) {
   }
   $("form-fields").hidden = json;
   $("json-fields").hidden = !json;
+  // The hidden form's checks (a required name) must not block a submit of the JSON view:
+  // the JSON is checked here and by the API, whose message shows below the button.
+  $("agent-form").noValidate = json;
   $("view-form").setAttribute("aria-pressed", String(!json));
   $("view-json").setAttribute("aria-pressed", String(json));
 }
@@ -141,6 +141,11 @@ export async function saveAgent(event) {
     agent = jsonMode() ? JSON.parse($("f-json").value) : formAgent();
   } catch (err) {
     msg.textContent = "invalid JSON: " + err.message;
+    msg.className = "msg bad";
+    return;
+  }
+  if (!agent || typeof agent !== "object" || Array.isArray(agent)) {
+    msg.textContent = "the JSON must be an object: {\"name\": …, \"spec\": {…}}";
     msg.className = "msg bad";
     return;
   }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("test-tools")
 
@@ -61,6 +62,13 @@ def probe(host: str, port: int, path: str) -> str:
         outcome.append(f"file: blocked ({type(exc).__name__})")
     outcome.append(f"cwd: {Path.cwd()}")
     return "; ".join(outcome)
+
+
+@server.tool()
+def trace_context(ctx: Context) -> str:
+    """The request's ``_meta`` as JSON (where a client puts the trace context)."""
+    meta = ctx.request_context.meta
+    return json.dumps(meta.model_dump() if hasattr(meta, "model_dump") else meta or {})
 
 
 def _free_port() -> int:

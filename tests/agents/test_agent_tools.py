@@ -37,8 +37,8 @@ def code_agent(replies: list[Any], **kwargs: Any) -> tuple[AsyncToolAgent, Scrip
 async def test_streams_every_phase_and_stores_calls_and_results() -> None:
     agent, llm = code_agent(["Compute.\n```python\nx = 63\nprint(x*63.0)\n```\n", "It is 3969.0."])
     chunks = [c async for c in agent.stream("63*63.0?", session_id="s")]
-    assert runs(chunks) == [S.STREAM_ING, S.CODING, S.CODE_RETURN, S.STREAM_ING, S.END]
-    call, result = [c for c in chunks if c.stream_state in (S.CODING, S.CODE_RETURN)]
+    assert runs(chunks) == [S.STREAM_ING, S.CODING, S.CODE_END, S.CODE_RETURN, S.STREAM_ING, S.END]
+    call, result = [c for c in chunks if c.stream_state in (S.CODE_END, S.CODE_RETURN)]
     answer = chunks[-1]
     assert call.content == "Compute.\n```python\nx = 63\nprint(x*63.0)"
     assert call.formatted["action"] == "x = 63\nprint(x*63.0)"
@@ -82,8 +82,8 @@ async def test_tool_errors_and_unparsable_calls_go_back_to_the_model() -> None:
     agent = AsyncToolAgent(llm, executor=AsyncActionExecutor([Calc()]), output_format=plugin)
     chunks = [c async for c in agent.stream("2+3")]
     results = [c for c in chunks if c.stream_state == S.PLUGIN_RETURN]
-    assert [c.stream_state for c in chunks if c.stream_state not in (S.STREAM_ING,)] == [
-        S.PLUGIN_START, S.PLUGIN_RETURN] * 4 + [S.END]  # fmt: skip
+    assert runs(chunks) == [  # lagent's order for each call, then the answer
+        S.PLUGIN_START, S.PLUGIN_END, S.PLUGIN_RETURN] * 4 + [S.STREAM_ING, S.END]  # fmt: skip
     assert "Could not parse the plugin call" in results[0].content
     assert "unknown tool 'Nope'" in results[1].content and "Calc.add" in results[1].content
     assert results[2].formatted["state"] == -1001  # ARGS_ERROR
@@ -126,8 +126,8 @@ async def test_max_turn_and_broken_executors_never_raise() -> None:
     broken = AsyncToolAgent(ScriptedLLM(["```python\n1\n```\n", "ok"]), executor=Exploding(),
                             output_format=CODE_PARSER)  # fmt: skip
     out = [c async for c in broken.stream("x")]
-    assert runs(out) == [S.STREAM_ING, S.CODING, S.CODE_RETURN, S.STREAM_ING, S.END]
-    assert out[-3].content == "RuntimeError: executor bug"
+    assert runs(out) == [S.CODING, S.CODE_END, S.CODE_RETURN, S.STREAM_ING, S.END]
+    assert out[-3].content == "RuntimeError: executor bug"  # CODE_RETURN
     assert out[-1].content == "ok"
     none = AsyncToolAgent(ScriptedLLM(["```python\n1\n```\n", "fine"]), output_format=CODE_PARSER)
     assert (await none("x")).content == "fine"
@@ -141,7 +141,7 @@ def test_sync_tool_agent_with_sync_executor() -> None:
         output_format=CODE_PARSER,
     )
     chunks = list(agent.stream("greet"))
-    assert runs(chunks) == [S.STREAM_ING, S.CODING, S.CODE_RETURN, S.STREAM_ING, S.END]
+    assert runs(chunks) == [S.STREAM_ING, S.CODING, S.CODE_END, S.CODE_RETURN, S.STREAM_ING, S.END]
     assert [c.content for c in chunks if c.stream_state == S.CODE_RETURN] == ["hi"]
     agent.llm = SyncScriptedLLM(["```python\nprint('hi')\n```\n", "said hi"])
     assert agent("greet", session_id=9) == chunks[-1]

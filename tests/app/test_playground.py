@@ -40,7 +40,7 @@ MODELS = [
      "chunk_delay_s": 0.25},
     scripted_model_config(),
 ]  # fmt: skip
-CODER = {
+CODER: dict[str, Any] = {
     "name": "coder",
     "description": "scripted tool agent",
     "spec": {"kind": "tool_agent", "model": "scripted",
@@ -118,7 +118,10 @@ def test_a_new_user_in_the_playground(page: Any) -> None:
 
     expect.set_options(timeout=20_000)
     # 1. The key, typed and kept in the browser.
-    expect(page.locator("#conn")).to_contain_text("invalid or missing API key")
+    expect(page.locator("#conn")).to_contain_text("enter your API key")  # asked, not an error
+    expect(page.locator("#composer-input")).to_have_attribute(
+        "placeholder", "Enter your API key above first"
+    )
     shot(page, "01-no-key")
     page.fill("#api-key", KEY)
     page.keyboard.press("Enter")

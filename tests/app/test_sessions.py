@@ -98,6 +98,35 @@ async def test_memory_put_rejects_bad_messages(client: httpx.AsyncClient) -> Non
     assert bad.json()["error"]["code"] == "unknown_memory_key"
 
 
+async def test_patch_metadata(client: httpx.AsyncClient) -> None:
+    """A session is renamed by its metadata (the playground's title): merged, null removes."""
+    await make_agent(client)
+    resp = await client.post(
+        "/v1/sessions", json={"agent": "helper", "id": "p-1", "metadata": {"user": "ada"}}
+    )
+    created = resp.json()
+    resp = await client.patch("/v1/sessions/p-1", json={"metadata": {"title": "Primes"}})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["metadata"] == {"user": "ada", "title": "Primes"}
+    assert resp.json()["updated_at"] >= created["updated_at"]
+    got = (await client.get("/v1/sessions/p-1")).json()
+    assert got["metadata"] == {"user": "ada", "title": "Primes"}
+    listed = (await client.get("/v1/sessions")).json()["data"][0]
+    assert listed["metadata"]["title"] == "Primes"
+    resp = await client.patch("/v1/sessions/p-1", json={"metadata": {"user": None, "n": 2}})
+    assert resp.json()["metadata"] == {"title": "Primes", "n": 2}
+    for body, param in [
+        ({}, "metadata"),
+        ({"metadata": "x"}, "metadata"),
+        ({"metadata": {}, "agent": "other"}, "agent"),
+    ]:
+        bad = await client.patch("/v1/sessions/p-1", json=body)
+        assert bad.status_code == 422, (body, bad.text)
+        assert bad.json()["error"]["param"] == param, bad.json()
+    missing = await client.patch("/v1/sessions/nope", json={"metadata": {}})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
 async def test_other_tenant_sees_404(
     client: httpx.AsyncClient, client_b: httpx.AsyncClient
 ) -> None:
@@ -116,4 +145,7 @@ async def test_other_tenant_sees_404(
     assert resp.status_code == 404
     resp = await client_b.put(f"/v1/sessions/{sid}/memory", json={"memory": []})
     assert resp.status_code == 404
+    resp = await client_b.patch(f"/v1/sessions/{sid}", json={"metadata": {"title": "mine"}})
+    assert resp.status_code == 404
+    assert (await client.get(f"/v1/sessions/{sid}")).json()["metadata"] == {}
     assert (await client_b.get("/v1/sessions")).json()["data"] == []

@@ -42,9 +42,17 @@ async def test_tool_call_and_result_are_streamed_and_stored(tool_client: httpx.A
     messages = [e["data"] for e in events if e["event"] == "message"]
     assert [m["index"] for m in messages] == [0, 1, 2]
     call, result, answer = (m["message"] for m in messages)
-    assert call["sender"] == "calc" and call["stream_state"] == 3  # PLUGIN_START
+    assert call["sender"] == "calc" and call["stream_state"] == 4  # PLUGIN_END
     assert result["stream_state"] == 5 and "42" in result["content"]  # PLUGIN_RETURN
     assert answer["content"] == "It is 42." and answer["stream_state"] == 0
+    # lagent's order: the call being written (PLUGIN_START deltas), then the complete messages.
+    states = []
+    for e in events:
+        if e["event"] in ("message.delta", "message"):
+            state = e["data"].get("stream_state", e["data"].get("message", {}).get("stream_state"))
+            if not states or states[-1] != state:
+                states.append(state)
+    assert states == [3, 4, 5, 1, 0]  # PLUGIN_START, PLUGIN_END, PLUGIN_RETURN, (text), END
     assert events[-1]["event"] == "run.completed"
     assert events[-1]["data"]["run"]["output"]["content"] == "It is 42."
     memory = (await tool_client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]

@@ -76,9 +76,9 @@ async def test_runtime_calls_show_up_in_the_exposition() -> None:
     metrics.run_finished("completed", 1.5)
     metrics.run_finished("completed", 0.5)
     metrics.run_finished("failed", 3.0)
-    metrics.tokens("qwen", prompt=100, completion=20)
-    metrics.tokens("qwen", prompt=50, completion=5)
-    metrics.time_to_first_token("qwen", 0.2)
+    metrics.tokens("qwen", prompt=100, completion=20, provider="vllm")
+    metrics.tokens("qwen", prompt=50, completion=5, provider="vllm")
+    metrics.time_to_first_token("qwen", 0.2, provider="vllm")
     metrics.set_queue_depth(4, active=2)
     metrics.set_active_sessions(7)
     metrics.set_kernels({"idle": 3, "busy": 1})
@@ -91,6 +91,17 @@ async def test_runtime_calls_show_up_in_the_exposition() -> None:
     assert value(text, "agentstation_tokens_total", model="qwen", kind="prompt") == 150
     assert value(text, "agentstation_tokens_total", model="qwen", kind="completion") == 25
     assert value(text, "agentstation_time_to_first_token_seconds_count", model="qwen") == 1
+    # The GenAI conventions' metrics, by their Prometheus names and gen_ai_* labels.
+    genai = {"gen_ai_operation_name": "chat", "gen_ai_provider_name": "vllm"}
+    usage = "gen_ai_client_token_usage"
+    model = {**genai, "gen_ai_request_model": "qwen"}
+    assert value(text, f"{usage}_sum", **model, gen_ai_token_type="input") == 150
+    assert value(text, f"{usage}_sum", **model, gen_ai_token_type="output") == 25
+    assert value(text, f"{usage}_count", **model, gen_ai_token_type="output") == 2
+    assert value(text, f"{usage}_bucket", **model, gen_ai_token_type="output", le="16.0") == 1
+    ttft = "gen_ai_server_time_to_first_token_seconds"
+    assert value(text, f"{ttft}_count", **model) == 1
+    assert value(text, f"{ttft}_sum", **model) == 0.2
     assert value(text, "agentstation_runs_queued") == 4
     assert value(text, "agentstation_runs_active") == 2
     assert value(text, "agentstation_active_sessions") == 7
