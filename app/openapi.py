@@ -52,6 +52,10 @@ _PATH: Codes = {404: ("not_found",)}
 _QUERY: Codes = {422: ("invalid_value", "missing_field")}
 _PAGED: Codes = {400: ("invalid_cursor",)}
 # A spec is checked against the registry and the configured models (app.runtime.registry).
+# A spec is checked against the registry and the configured models (app.runtime.registry; the
+# document's ``AgentSpec`` states those rules, app/openapi_specs.py), and against what no schema
+# states: the tenant's stored agents it names, a task's responders and sub-task names, a tool's
+# own config, the outbound URL policy (DNS).
 _SPEC: Codes = {
     422: (
         "unknown_kind",
@@ -59,6 +63,15 @@ _SPEC: Codes = {
         "tools_not_supported",
         "unknown_tool",
         "invalid_tool_config",
+        "missing_field",
+        "not_supported",
+        "invalid_name",
+        "unknown_agent",
+        "agent_cycle",
+        "agent_depth",
+        "unknown_responder",
+        "duplicate_name",
+        "url_not_allowed",
     )
 }
 _BUSY: Codes = {409: ("session_busy",)}

@@ -22,14 +22,25 @@ import copy
 import json
 from typing import Any
 
+from app.runtime import builders
 from app.runtime.registry import Registry
 
 SPEC, PARTICIPANT = "AgentSpec", "ParticipantSpec"
 _REF = "#/components/schemas/"
 _NULL = {"type": "null"}
-TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
-# Kinds whose task fields are refused (``check_single``): the built-in non-task kinds.
-_SINGLE = ("agent", "tool_agent")
+TASK_FIELDS = builders.TASK_FIELDS
+
+
+def _rules(check: Any) -> tuple[tuple[str, ...], tuple[str, ...], bool] | None:
+    """(fields refused, fields required, approval checked) of a kind's ``check`` (None: a
+    check of a package's kind, whose rules the document does not know)."""
+    if check is builders.check_single:
+        return TASK_FIELDS, (), True
+    if check is builders.check_task:
+        return (), ("agent",), True
+    if check is builders.check_user_proxy:
+        return TASK_FIELDS[1:], ("agent",), True
+    return None
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -65,18 +76,19 @@ def _variant(
         }
     else:
         props["tools"] = {"type": "array", "maxItems": 0, "items": tool, "title": "Tools"}
-    if nested or kind != "tool_agent":
+    rules = _rules(info.check)
+    refused, needed, approval = rules if rules is not None else ((), (), False)
+    if approval and (nested or kind != "tool_agent"):
         props["approval"] = _NULL
-    if kind in _SINGLE:
-        for name in TASK_FIELDS:
-            props[name] = _NULL
+    for name in refused:
+        props[name] = _NULL
     required = [] if kind == "agent" else ["kind"]
     if info.needs_model:
         required.append("model")
-    if kind == "task":
-        props["agent"] = {k: v for k, v in props["agent"].items() if k != "default"}
-        props["agent"]["anyOf"] = [s for s in props["agent"]["anyOf"] if s != _NULL]
-        required.append("agent")
+    for name in needed:
+        props[name] = {k: v for k, v in props[name].items() if k != "default"}
+        props[name]["anyOf"] = [s for s in props[name]["anyOf"] if s != _NULL]
+        required.append(name)
     variant: dict[str, Any] = {
         "type": "object",
         "title": f"kind {kind}",

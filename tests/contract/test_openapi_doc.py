@@ -19,6 +19,7 @@ from asgi_lifespan import LifespanManager
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.openapi import EXTRA, error_codes
+from app.runtime.builders import default_registry
 from tests.app.conftest import KEY_A, make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,6 +156,11 @@ SPECS: list[dict[str, Any]] = [
     {"model": "echo", "sub_agents": {"critic": {"model": "echo"}}},
     {"model": "echo", "api_key_env": "AGENTSTATION_REMOTE_KEY_X"},  # for remote agents only
     {"remote": "http://127.0.0.1:9/a2a/x/", "model": "anything", "max_turns": 3},
+    {"kind": "model", "model": "echo"},
+    {"kind": "model", "model": "echo", "max_turns": 2},
+    {"kind": "user_proxy", "agent": {"model": "echo"}},
+    {"kind": "user_proxy"},  # it needs the agent it talks for
+    {"kind": "user_proxy", "agent": {"model": "echo"}, "done": {"contains": "x"}},
 ]
 
 
@@ -169,7 +175,8 @@ async def test_the_published_agent_spec_is_what_the_server_accepts(
     document = (await client.get("/openapi.json")).json()
     schemas = document["components"]["schemas"]
     titles = [v["title"] for v in schemas["AgentSpec"]["oneOf"]]
-    assert titles == ["kind agent", "kind tool_agent", "kind task", "remote agent"]
+    kinds = list(default_registry().kinds)
+    assert titles == [*(f"kind {k}" for k in kinds), "remote agent"]
     # The document's own references resolve against a root that holds its components.
     root = {"$ref": "#/components/schemas/AgentSpec", "components": document["components"]}
     validator = jsonschema.Draft202012Validator(root)
