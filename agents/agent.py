@@ -209,9 +209,31 @@ class BaseAgent:
     async def forward(
         self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
     ) -> Any:
-        """Default: stream the LLM's reply to the aggregated memory."""
-        async for chunk in self._generate(message, session_id, **kwargs):
-            yield chunk
+        """Default: stream the LLM's reply to the aggregated memory. A reply that does not
+        parse in the output format is shown its error once (the reply and the error join the
+        memory); a second one raises ``OutputParseError``."""
+        from agents.parsers import OutputParseError, feedback, parse_error
+
+        inputs = message
+        for attempt in range(2):
+            reply: AgentMessage | None = None
+            async for chunk in self._generate(inputs, session_id, **kwargs):
+                if chunk.stream_state == _END:
+                    reply = chunk
+                else:
+                    yield chunk
+            assert reply is not None
+            error = parse_error(reply.formatted)
+            if error is None:
+                yield reply
+                return
+            if attempt == 1:
+                raise OutputParseError(self.name, error, str(reply.content))
+            shown = AgentMessage(sender="user", content=feedback(error))
+            if self.memory is not None:
+                self.update_memory([reply, shown], session_id=session_id)
+            else:
+                inputs = (*inputs, reply, shown)
 
     async def _generate(
         self, inputs: tuple[AgentMessage, ...], session_id: SessionId, **kwargs: Any
@@ -234,10 +256,13 @@ class BaseAgent:
                 text += delta.text
                 yield AgentMessage(sender=self.name, content=text, stream_state=_STREAM_ING)
         parsed = None
-        if getattr(self.output_format, "accepts_tool_calls", False):  # NativeToolFormat
-            parsed = self.output_format.parse_response(text, tool_calls=tool_calls)
-        elif self.output_format:
-            parsed = self.output_format.parse_response(text)
+        try:
+            if getattr(self.output_format, "accepts_tool_calls", False):  # NativeToolFormat
+                parsed = self.output_format.parse_response(text, tool_calls=tool_calls)
+            elif self.output_format:
+                parsed = self.output_format.parse_response(text)
+        except ValueError as exc:  # a parser that raises (pydantic's errors too): an error
+            parsed = {"status": -1, "data": None, "message": str(exc)}
         yield AgentMessage(sender=self.name, content=text, formatted=parsed)
 
     def _stream(

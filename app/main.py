@@ -16,7 +16,16 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from agents.actions.mcp_conn import CONNECTIONS as mcp_connections
 from app.a2a.routes import mount_a2a
-from app.api import agents, health, openai, playground, runs, sessions
+from app.api import (
+    agents,
+    conversations,
+    health,
+    openai,
+    playground,
+    responses,
+    runs,
+    sessions,
+)
 from app.api.error_handlers import install_error_handlers
 from app.db.engine import create_engine, create_sessionmaker
 from app.middleware import BodyLimitMiddleware
@@ -185,7 +194,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app, anonymous=allow_anonymous(settings))
     # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
-    for router in (openai.router, agents.router, sessions.router, runs.router, health.router):
+    for router in (
+        openai.router,
+        responses.router,
+        agents.router,
+        sessions.router,
+        runs.router,
+        conversations.router,
+        health.router,
+    ):
         app.include_router(router)
     app.include_router(playground.router)  # the page at / (app/static)
     mount_a2a(app)

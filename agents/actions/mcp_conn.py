@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agents import tracing
+
 log = logging.getLogger(__name__)
-Job = tuple[Callable[[Any], Awaitable[Any]], "asyncio.Future[Any]"]
+# (the call, its answer, the caller's context when tracing is on: the call runs in it)
+Job = tuple[Callable[[Any], Awaitable[Any]], "asyncio.Future[Any]", contextvars.Context | None]
 
 
 class MCPConnectionError(RuntimeError):
@@ -54,11 +58,15 @@ class MCPConnection:
             async with await self._connect() as client:
                 self._ready.set_result(None)
                 while (job := await self._jobs.get()) is not None:
-                    fn, future = job
+                    fn, future, context = job
                     if future.done():  # its caller gave up
                         continue
                     try:
-                        result = await fn(client)
+                        if context is None:
+                            result = await fn(client)
+                        else:  # traced: the SDK puts the caller's span into ``_meta``
+                            call = _awaited(fn(client))
+                            result = await asyncio.create_task(call, context=context)
                     except Exception as exc:
                         if not future.done():
                             future.set_exception(exc)
@@ -87,7 +95,11 @@ class MCPConnection:
         if self.broken:
             raise MCPConnectionError(f"MCP server {self.label}: connection closed")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        await self._jobs.put((fn, future))
+        # A hook point (agents/tracing.py): with tracing on, the call runs in the caller's
+        # context, so the request carries the caller's span (the tool call's), not this
+        # connection's (whoever opened it).
+        context = contextvars.copy_context() if tracing.TRACER is not None else None
+        await self._jobs.put((fn, future, context))
         try:
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
@@ -158,3 +170,8 @@ class Connections:
 
 #: The process's connections (per event loop use only: the service runs one loop).
 CONNECTIONS = Connections()
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    """``awaitable`` as a coroutine (what ``create_task`` takes)."""
+    return await awaitable

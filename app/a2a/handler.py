@@ -40,6 +40,7 @@ from app.db.base import new_id
 from app.errors import AppError, NotFound
 from app.runtime.public import run_public
 from app.schemas.sessions import SessionCreate
+from app.schemas.vocab import CancelMode
 from app.services import runs as run_service
 from app.services.sessions import create_session, get_session
 from app.services.turns import SubmittedTurn, TurnRequest, submit_turn
@@ -158,7 +159,7 @@ class RunsRequestHandler(RequestHandler):
         """Cancel the run (model call and tool stopped); the task as it ended."""
         call = _call(context)
         await self._task(call, params.id)  # 404 for another tenant's or agent's run
-        await call.state.run_manager.cancel(params.id, "cancelled")
+        await call.state.run_manager.cancel(params.id, CancelMode.CANCELLED)
         return await self._task(call, params.id)
 
     async def on_list_tasks(

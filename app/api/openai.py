@@ -23,6 +23,7 @@ from app.errors import BadRequest, NotFound, Unavailable
 from app.models.encoded import EncodedJSON, dumps
 from app.schemas.common import NAME_PATTERN
 from app.schemas.openai import ChatCompletionRequest
+from app.schemas.vocab import MultitaskStrategy
 from app.services import chat, chat_approvals, chat_pieces, chat_sessions, raw_usage
 from app.services.agent_directory import AgentInfo
 from app.state import AppState
@@ -71,7 +72,7 @@ async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[s
 SESSION_ID_HEADER = "X-Session-Id"
 SESSION_ID_MAX_LENGTH = 128
 STRATEGY_HEADER = "X-Multitask-Strategy"
-STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
+STRATEGIES = tuple(MultitaskStrategy)
 SESSION_ID_PATTERN = re.compile(NAME_PATTERN)  # as Name (schemas.common)
 # What the endpoint reads itself, documented as FastAPI documents a ``Header()`` and a body.
 _CHAT_DOC = documented(

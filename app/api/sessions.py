@@ -36,6 +36,7 @@ from app.schemas.sessions import (
     SessionUpdate,
     UsagePublic,
 )
+from app.schemas.vocab import CancelMode
 from app.services import runs as run_service
 from app.services import sessions as service
 from app.services.agent_refs import UNBUILDABLE
@@ -98,7 +99,7 @@ async def delete_session(
     """Delete the session, its memory, its runs and its kernel."""
     row, _ = await service.get_session(db, who.tenant_id, session_id)
     if (active := await service.active_run(db, row.pk)) is not None:
-        await runs.cancel(active, "cancelled")
+        await runs.cancel(active, CancelMode.CANCELLED)
     await db.delete(row)
     await db.flush()
     invalidate_on_commit(db, TURN_SESSIONS, (who.tenant_id, session_id))
@@ -135,7 +136,7 @@ async def put_memory(
         row, agent = await service.get_session(db, who.tenant_id, session_id)
         keys = await service.memory_keys(db, app_state, row, agent)
     async with runs.writing_memory(row.pk, session_id) as db:
-        return await service.replace_memory(db, row, state, keys, runs.memory)
+        return await service.replace_memory(db, row, state, keys, runs.keep_memory)
 
 
 @router.post("/{session_id}/reset")

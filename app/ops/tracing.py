@@ -68,9 +68,8 @@ class Tracing:
 
 
 def _exporters(env: Mapping[str, str]) -> list[Any]:
-    names = [
-        n.strip() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").lower().split(",") if n.strip()
-    ]
+    chosen = env.get("OTEL_TRACES_EXPORTER", "").strip() or "otlp"  # set but empty: the default
+    names = [n.strip() for n in chosen.lower().split(",") if n.strip()]
     exporters: list[Any] = []
     for name in names:
         if name == "console":
@@ -78,9 +77,8 @@ def _exporters(env: Mapping[str, str]) -> list[Any]:
 
             exporters.append(ConsoleSpanExporter())
         elif name == "otlp":
-            protocol = env.get(
-                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-                env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
+                "OTEL_EXPORTER_OTLP_PROTOCOL", ""
             )
             if protocol.strip().lower() == "grpc":
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -166,11 +164,12 @@ class TracingMiddleware:
             self._context.detach(token)
             route = route_template(scope)
             span.update_name(f"{method} {route}")
-            span.set_attribute("http.route", route)
-            span.set_attribute("http.response.status_code", status)
+            # One call: each attribute set alone costs a lock and a check in the SDK.
+            ended: dict[str, Any] = {"http.route": route, "http.response.status_code": status}
             if status >= 500:
                 span.set_status(trace.Status(trace.StatusCode.ERROR))
-                span.set_attribute("error.type", str(status))
+                ended["error.type"] = str(status)
+            span.set_attributes(ended)
             span.end()
 
 

@@ -207,6 +207,7 @@ class AgentTracer:
         first = True
         text: list[str] = []
         finish: str | None = None
+        usage = None
         async for delta in stream():
             if first and delta.text:
                 first = False
@@ -215,13 +216,18 @@ class AgentTracer:
             if self.capture_content and delta.text:
                 text.append(delta.text)
             if delta.usage is not None:
-                span.set_attribute("gen_ai.usage.input_tokens", delta.usage.prompt_tokens)
-                span.set_attribute("gen_ai.usage.output_tokens", delta.usage.completion_tokens)
+                usage = delta.usage
             if delta.finish_reason is not None:
                 finish = delta.finish_reason
             yield delta
-        span.set_attribute("gen_ai.response.model", model)
-        span.set_attribute("gen_ai.response.finish_reasons", [finish or "stop"])
+        # One call at the end: each attribute set alone costs a lock and a check in the SDK.
+        ended: dict[str, Any] = {
+            "gen_ai.response.model": model,
+            "gen_ai.response.finish_reasons": [finish or "stop"],
+        }
+        if usage is not None:
+            ended["gen_ai.usage.input_tokens"] = usage.prompt_tokens
+            ended["gen_ai.usage.output_tokens"] = usage.completion_tokens
         if self.capture_content:
             output = [
                 {
@@ -230,7 +236,8 @@ class AgentTracer:
                     "finish_reason": finish or "stop",
                 }
             ]
-            span.set_attribute("gen_ai.output.messages", json.dumps(output))
+            ended["gen_ai.output.messages"] = json.dumps(output)
+        span.set_attributes(ended)
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from app.runtime.messages import dump_message
 from app.runtime.orphans import Orphans
 from app.runtime.store import RunStore, TurnLease
 from app.schemas.agents import AgentSpec
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import CancelMode, MultitaskStrategy, RunStatus
 
 
 async def _nothing_to_recover(_session_pk: str) -> bool:
@@ -67,7 +67,7 @@ class Admissions:
         self,
         store: RunStore,
         orphans: Orphans,
-        cancel: Callable[[str, str], Awaitable[None]],
+        cancel: Callable[[str, CancelMode], Awaitable[None]],
         start: Starter,
     ) -> None:
         self.store = store
@@ -123,8 +123,12 @@ class Admissions:
             run = admitted.run
             if not admitted.created:
                 return run, False
-            if sub.strategy in ("interrupt", "rollback"):
-                mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
+            if sub.strategy in (MultitaskStrategy.INTERRUPT, MultitaskStrategy.ROLLBACK):
+                mode = (
+                    CancelMode.INTERRUPT
+                    if sub.strategy == MultitaskStrategy.INTERRUPT
+                    else CancelMode.ROLLBACK
+                )
                 for run_id in admitted.active:
                     await self.cancel(run_id, mode)
             self.start(sub, run, admitted.rev, lease, inline)

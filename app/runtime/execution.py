@@ -5,28 +5,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, cast
-
-import sqlalchemy as sa
+from typing import Any
 
 from agents.llms.base import Usage, instructions_scope
 from agents.llms.upstreams import route_key
 from agents.memory import load_message
-from app.db.models import Run
 from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, budget_scope
 from app.ops.logging import run_id_var
 from app.runtime.approvals import waiting_state
 from app.runtime.finish import finish, finish_safely, guard
-from app.runtime.jobs import CANCEL_MODES, Job, JobDeps, Turn
+from app.runtime.jobs import Job, JobDeps, Turn
 from app.runtime.kernels import kernel_turn
 from app.runtime.memory_cache import memory_nodes, plain_memories
 from app.runtime.runner import TurnResult, merge_state, resume_turn, run_turn
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import CancelMode, RunStatus, StopReason, cancel_outcome
 
 log = logging.getLogger(__name__)
-RUNS = cast(sa.Table, Run.__table__)  # Core statements: no ORM bookkeeping for rows nobody holds
 
 
 async def execute(deps: JobDeps, job: Job) -> None:
@@ -70,12 +66,12 @@ async def execute(deps: JobDeps, job: Job) -> None:
             # "length": the answer's model call hit its max tokens (OpenAI's finish_reason).
             status, end = (
                 RunStatus.COMPLETED,
-                "length" if result.usage.last_finish == "length" else "end",
+                StopReason.LENGTH if result.usage.last_finish == "length" else StopReason.END,
             )
             # Stopped before tool calls a person must decide about: the run waits, stored.
             job.run.__dict__["pending"] = waiting_state(turn.agent, job.session_key, job.spec)
             if job.run.pending is not None:
-                status, end = RunStatus.REQUIRES_ACTION, "requires_action"
+                status, end = RunStatus.REQUIRES_ACTION, StopReason.REQUIRES_ACTION
             try:
                 await finish(deps, job, status, end, result, turn, lease=lease)
             except Exception as exc:
@@ -89,15 +85,15 @@ async def execute(deps: JobDeps, job: Job) -> None:
         job.finishing = True
         await finish_safely(deps, job, RunStatus.COMPLETED, BUDGET_STOP, result, turn)
     except asyncio.CancelledError:
-        mode = job.cancel_mode or "shutdown"
-        status, keep = CANCEL_MODES.get(mode, (RunStatus.CANCELLED, False))
+        mode = job.cancel_mode or CancelMode.SHUTDOWN
+        status, keep = cancel_outcome(mode)
         await finish_safely(deps, job, status, mode, result, turn if keep else None)
     except Exception as exc:
         # The detail (it may hold SQL and its parameters, paths, other tenants' ids) goes to
         # the log only; the run's error says what a client may know, with the request id.
         log.exception("run %s failed", job.run_id)
         error = public_error(exc)
-        await finish_safely(deps, job, RunStatus.FAILED, "error", result, None, error)
+        await finish_safely(deps, job, RunStatus.FAILED, StopReason.ERROR, result, None, error)
     finally:
         await guard(job.channel.close())
         job.done.set()

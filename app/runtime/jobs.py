@@ -19,16 +19,7 @@ from app.runtime.memory_cache import MemoryCache, current
 from app.runtime.registry import ServableAgent
 from app.runtime.store import RunStore, TurnLease
 from app.schemas.agents import AgentSpec
-from app.schemas.vocab import RunStatus
-
-# cancel mode -> (final status, whether completed messages are kept)
-CANCEL_MODES: dict[str, tuple[RunStatus, bool]] = {
-    "cancelled": (RunStatus.CANCELLED, False),
-    "client_disconnected": (RunStatus.CANCELLED, False),
-    "rollback": (RunStatus.CANCELLED, False),
-    "interrupt": (RunStatus.INTERRUPTED, True),
-    "shutdown": (RunStatus.INTERRUPTED, False),
-}
+from app.schemas.vocab import CancelMode
 
 
 @dataclass
@@ -50,7 +41,7 @@ class Job:
     tenant_limited: bool = True  # known at start: False when the tenant has no budget
     task: asyncio.Task[Any] | None = None  # its own, or the request's (``inline``)
     inline: bool = False  # run in the task of the request that waits for it (run_here)
-    cancel_mode: str | None = None
+    cancel_mode: CancelMode | None = None
     cancel_sent: bool = False  # an inline job's task was cancelled by RunManager.cancel
     started: bool = False  # holds the session (queued until then; for the queue-depth gauge)
     finishing: bool = False

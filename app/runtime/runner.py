@@ -60,7 +60,7 @@ class _Segmenter:
         self.open: AgentMessage | None = None
         self.text: Any = None
         self.mark = time.time()  # the current step's start
-        self.first = self.mark  # the open message's first chunk
+        self.first: float | None = None  # the open message's first non-empty chunk
         self.counted = (0, 0)  # the turn's usage at the previous message
 
     async def feed(self, chunk: AgentMessage) -> None:
@@ -70,8 +70,10 @@ class _Segmenter:
             await self.close()
             self.index += 1
             self.text = None
-            self.first = time.time()
+            self.first = None
         delta = self._delta(chunk.content)
+        if self.first is None and delta not in (None, ""):
+            self.first = time.time()  # a model's first token (an empty chunk may come first)
         self.open, self.text = chunk, chunk.content
         if self.channel is not None and delta not in (None, ""):
             await self.channel.delta(self.index, chunk.sender, delta, int(state))
@@ -100,7 +102,7 @@ class _Segmenter:
                 "index": self.index,
                 "message": data,
                 "started_at": _iso(self.mark),
-                "first_at": _iso(self.first),
+                "first_at": _iso(self.first if self.first is not None else now),
                 "at": _iso(now),
             }
             usage = self.result.usage
@@ -115,6 +117,7 @@ class _Segmenter:
             # the message rows themselves are only written when the run ends.
             await self.channel.emit(EventType.MESSAGE, event)
         self.mark = now
+        self.first = None
         self.open = None
         self.text = None
 

@@ -49,6 +49,7 @@ from app.runtime.store import Found, SessionNotFound, TurnLease
 from app.schemas.agents import AgentSpec
 from app.schemas.common import MessageIn
 from app.schemas.sessions import RunCreate, SessionCreate
+from app.schemas.vocab import CancelMode
 from app.services.agent_directory import AgentInfo
 from app.services.agent_refs import pinned_spec
 from app.services.runs import check_session_agent, get_run
@@ -199,9 +200,9 @@ class SubmittedTurn:
     def on_drop(self) -> None:
         """The caller's stream was dropped: cancel the run when ``on_disconnect`` says so."""
         if self.request.on_disconnect == "cancel":
-            self.state.run_manager.cancel_soon(self.run.id, "client_disconnected")
+            self.state.run_manager.cancel_soon(self.run.id, CancelMode.CLIENT_DISCONNECTED)
 
-    async def cancel(self, mode: str = "cancelled") -> None:
+    async def cancel(self, mode: CancelMode = CancelMode.CANCELLED) -> None:
         """Cancel the run and wait for it to stop."""
         await self.state.run_manager.cancel(self.run.id, mode)
 
@@ -377,7 +378,7 @@ async def _run_here(turn: SubmittedTurn, disconnected: Disconnected | None) -> N
 async def _cancel_when_gone(turn: SubmittedTurn, disconnected: Disconnected) -> None:
     while True:  # polled: the request's receive channel is the only sign of a drop
         if await disconnected():
-            turn.state.run_manager.cancel_soon(turn.run.id, "client_disconnected")
+            turn.state.run_manager.cancel_soon(turn.run.id, CancelMode.CLIENT_DISCONNECTED)
             return
         await asyncio.sleep(0.5)
 
@@ -390,7 +391,7 @@ async def _wait_or_cancel(turn: SubmittedTurn, disconnected: Disconnected, cance
             await asyncio.wait({waiter}, timeout=0.5)
             if not waiter.done() and await disconnected():
                 if cancel:
-                    runs.cancel_soon(turn.run.id, "client_disconnected")
+                    runs.cancel_soon(turn.run.id, CancelMode.CLIENT_DISCONNECTED)
                 return
     finally:
         if not waiter.done():

@@ -2,8 +2,10 @@
 import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from "./api.js";
 import { $, ACTIVE, classify, ENDS, EV, V, ui } from "./common.js";
 import {
-  editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, syncKind,
+  editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, showVersion,
+  syncKind,
 } from "./editor.js";
+import { versionHooks } from "./versions.js";
 import { showTools, wireTools } from "./tools.js";
 import { renderSessions, setTitle, titleFrom, titleOf } from "./sessions.js";
 import { drawTimeline, loadFrames } from "./timeline.js";
@@ -664,6 +666,8 @@ setInterval(() => {
 }, 1000);
 
 hooks.showTab = showTab;
+versionHooks.show = showVersion;
+versionHooks.rolledBack = (saved) => hooks.afterSave(saved);
 hooks.afterSave = async (saved) => {
   ui.agents = (await api("GET", "/v1/agents?limit=100")).data;
   setConn("connected · " + ui.agents.length + " agents", "ok");

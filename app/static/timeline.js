@@ -17,7 +17,8 @@ const tokens = (u) => (u ? u.prompt_tokens + " in + " + u.completion_tokens + " 
 
 // The steps of a run from its events but deltas: {steps, run, start, end, trace}.
 // ``modelOf(sender)``: the model an agent's replies come from (for the labels), if known.
-export function stepsOf(frames, modelOf) {
+// ``agent``: the run's agent (its own replies need no name; a sub-agent's say whose they are).
+export function stepsOf(frames, modelOf, agent) {
   const steps = [];
   let run = null;
   let start = null;
@@ -29,6 +30,7 @@ export function stepsOf(frames, modelOf) {
     const d = f.data || {};
     if (d.run) {
       run = d.run;
+      agent = agent || d.run.agent;
       trace = d.run.trace_id || trace;
     }
     trace = d.trace_id || trace;
@@ -53,15 +55,16 @@ export function stepsOf(frames, modelOf) {
       if (kind === "tool-result") {
         const failed = Boolean(fmt.errmsg) || (fmt.state !== undefined && fmt.state !== 0);
         steps.push({
-          kind: "tool", label: "tool · " + (fmt.type || "call") + (failed ? " (failed)" : ""),
+          kind: "tool", label: "tool " + (fmt.type || "call") + (failed ? ": failed" : ""),
           start: from, end: to, failed,
         });
       } else if (kind !== "user") {
         const model = modelOf(message.sender);
         const what = kind === "tool-call" ? "calls " + fmt.action.name : "replies";
+        const who = message.sender && message.sender !== agent ? " (" + message.sender + ")" : "";
         steps.push({
           kind: "model",
-          label: (model ? "model · " + model : "model") + " · " + message.sender + " " + what,
+          label: "model" + (model ? " " + model : "") + who + ": " + what,
           start: from, end: to, first: ms(d.first_at), usage: d.usage || null,
         });
       }
@@ -87,7 +90,7 @@ function div(cls, text) {
 // Draw ``frames`` (one run's events) into #timeline; ``traceUrl``: a link template or null.
 export function drawTimeline(frames, modelOf, traceUrl) {
   const box = $("timeline");
-  const { steps, run, start, end, trace } = stepsOf(frames, modelOf);
+  const { steps, run, start, end, trace } = stepsOf(frames, modelOf, null);
   box.replaceChildren();
   if (!run) {
     box.append(div("muted tl-empty", "No run yet: send a message, then its timeline shows here."));
@@ -121,14 +124,15 @@ export function drawTimeline(frames, modelOf, traceUrl) {
     const row = div("tl-row tl-" + step.kind + (step.failed ? " tl-failed" : ""));
     row.setAttribute("role", "listitem");
     const took = step.end != null ? step.end - step.start : null;
-    const figures = [duration(took)];
+    const details = [];
     if (step.kind === "model" && step.first && step.end != null && step.end - step.first > 5) {
-      figures.push("first token " + duration(step.first - step.start));
+      details.push("first token " + duration(step.first - step.start));
     }
-    if (step.usage) figures.push(tokens(step.usage));
+    if (step.usage) details.push(tokens(step.usage));
+    const figures = [duration(took), ...details];
     const label = div("tl-label", step.label);
     label.title = step.label;
-    const figs = div("tl-figs", figures.join(" · "));
+    const figs = div("tl-figs", duration(took));
     const track = div("tl-track");
     const bar = div("tl-bar");
     const left = ((step.start - t0) / span) * 100;
@@ -143,6 +147,7 @@ export function drawTimeline(frames, modelOf, traceUrl) {
     }
     track.append(bar);
     row.append(label, figs, track);
+    if (details.length) row.append(div("tl-details", details.join(" · ")));
     row.setAttribute("aria-label", step.label + ": " + figures.join(", "));
     list.append(row);
   }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("test-tools")
 
@@ -30,6 +31,13 @@ def add(a: int, b: int) -> int:
 def shout(text: str) -> str:
     """The text in capitals."""
     return text.upper()
+
+
+@server.tool()
+def trace_context(ctx: Context) -> str:
+    """The request's ``_meta`` as JSON (where a client puts the trace context)."""
+    meta = ctx.request_context.meta
+    return json.dumps(meta.model_dump() if hasattr(meta, "model_dump") else meta or {})
 
 
 @server.tool()

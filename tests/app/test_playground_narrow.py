@@ -43,10 +43,13 @@ def fits(page: Any) -> None:
     assert height <= HEIGHT, f"scrolls down: {height} > {HEIGHT}"
 
 
-def showing(page: Any) -> str:
-    """The panel the switcher shows."""
-    panel: str = page.get_attribute("#grid", "data-view")
-    return panel
+def showing(page: Any, panel: str) -> None:
+    """The switcher shows ``panel`` (and only it)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#grid")).to_have_attribute("data-view", panel)
+    expect(page.locator(f"#grid > .panel[data-panel={panel}]")).to_be_visible()
+    expect(page.locator("#grid > .panel:visible")).to_have_count(1)
 
 
 def test_the_whole_flow_at_400_px(phone: Any) -> None:
@@ -61,14 +64,14 @@ def test_the_whole_flow_at_400_px(phone: Any) -> None:
     page.fill("#api-key", KEY)
     page.keyboard.press("Enter")
     expect(page.locator("#conn")).to_contain_text("connected")
-    assert showing(page) == "agents"  # nothing picked yet: the agents first
+    showing(page, "agents")  # nothing picked yet: the agents first
     expect(page.locator("#agent-list")).to_be_visible()
     expect(page.locator("#session-list")).to_be_hidden()  # one panel at a time
     fits(page)
 
     # Create a tool agent whose tool calls wait for approval, with the form.
     page.click("#agent-new")
-    assert showing(page) == "inspector"
+    showing(page, "inspector")
     expect(page.locator("#f-name")).to_be_focused()
     page.keyboard.type("pocket")
     page.select_option("#f-kind", "tool_agent")
@@ -84,7 +87,7 @@ def test_the_whole_flow_at_400_px(phone: Any) -> None:
     page.click("#views button[data-panel=sessions]")
     expect(page.locator("#sessions-h")).to_be_visible()
     page.click("#session-new")
-    assert showing(page) == "chat"
+    showing(page, "chat")
     box = page.locator("#composer-input")
     expect(box).to_be_focused()
     width = box.bounding_box()["width"]
@@ -119,7 +122,7 @@ def test_the_whole_flow_at_400_px(phone: Any) -> None:
     expect(rows).to_have_count(4)
     expect(rows.nth(0)).to_contain_text("calls IPythonInteractive")
     expect(rows.nth(1)).to_contain_text("waiting for approval")
-    expect(rows.nth(2)).to_contain_text("tool · IPythonInteractive")
+    expect(rows.nth(2)).to_contain_text("tool IPythonInteractive")
     expect(rows.nth(3)).to_contain_text("replies")
     fits(page)
     shot(page, "34-phone-timeline")

@@ -25,7 +25,8 @@ def _rows(page: Any) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = page.evaluate(
         """() => [...document.querySelectorAll('#timeline .tl-row')].map(r => ({
             label: r.querySelector('.tl-label').textContent,
-            figs: r.querySelector('.tl-figs').textContent,
+            figs: r.querySelector('.tl-figs').textContent
+                  + ' · ' + (r.querySelector('.tl-details')?.textContent ?? ''),
             kind: r.className,
             left: parseFloat(r.querySelector('.tl-bar').style.left),
             width: parseFloat(r.querySelector('.tl-bar').style.width)}))"""
@@ -59,9 +60,9 @@ def test_the_timeline_of_a_tool_run(page: Any, server: str) -> None:
     expect(page.locator("#timeline .tl-title")).to_contain_text("completed")
     live = _rows(page)
     assert [r["label"] for r in live] == [
-        "model · scripted · coder calls IPythonInteractive",
-        "tool · IPythonInteractive",
-        "model · scripted · coder replies",
+        "model scripted: calls IPythonInteractive",
+        "tool IPythonInteractive",
+        "model scripted: replies",
     ]
     run_id = page.evaluate("window.playground.state.run.id")
     with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:

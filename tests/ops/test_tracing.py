@@ -15,15 +15,24 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import app.ops.tracing as tracing_module
+from agents import AgentStatusCode, AsyncToolAgent
 from agents import tracing as agent_tracing
+from agents.actions.mcp import MCPToolkit
+from agents.actions.mcp_conn import CONNECTIONS
+from agents.remote import RemoteAgent
+from agents.testing import ScriptedLLM
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.ops.tracing import tracing_configured
+from app.ops.tracing_agents import AgentTracer
+from tests.agents.mcp_server import serve_http
 from tests.agents.test_llms_openai import MockOpenAI, server  # noqa: F401 (the fixture)
+from tests.agents.test_mcp import PLUGIN
 from tests.app.conftest import KEY_A, MODELS, make_settings
 
 CALLER = [
@@ -225,3 +234,71 @@ async def test_the_upstream_model_server_gets_the_trace_context(
     assert (sent_trace, parent) == (trace_id, span_id)  # the chat span is the upstream's parent
     assert int(flags, 16) & 1  # sampled
     assert (chat.attributes or {})["gen_ai.provider.name"] == "openai"
+
+
+def test_the_exporter_follows_the_otel_variables() -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    # Set but empty (a blanked variable) is the default: OTLP over HTTP.
+    for env in (endpoint, {**endpoint, "OTEL_TRACES_EXPORTER": ""}):
+        assert [type(e) for e in tracing_module._exporters(env)] == [Http]
+    grpc = {**endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    assert [type(e) for e in tracing_module._exporters(grpc)] == [Grpc]
+    both = {"OTEL_TRACES_EXPORTER": "otlp,console"}
+    assert [type(e) for e in tracing_module._exporters(both)] == [Http, ConsoleSpanExporter]
+    with pytest.raises(ValueError, match="zipkin"):
+        tracing_module._exporters({"OTEL_TRACES_EXPORTER": "zipkin"})
+
+
+@pytest.fixture
+def memory_tracer() -> Iterator[tuple[AgentTracer, InMemorySpanExporter]]:
+    """An ``AgentTracer`` installed for the agents library, its spans kept in memory."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = AgentTracer(provider.get_tracer("test"))
+    agent_tracing.install(tracer)
+    try:
+        yield tracer, memory
+    finally:
+        agent_tracing.install(None)
+
+
+async def test_mcp_servers_and_remote_agents_get_the_trace_context(
+    memory_tracer: tuple[AgentTracer, InMemorySpanExporter],
+) -> None:
+    _, memory = memory_tracer
+    # MCP: ``params._meta.traceparent`` of the call, the execute_tool span as its parent.
+    with serve_http() as url:
+        try:
+            tools = MCPToolkit(url=url, allow=["trace_context"])
+            call = '```json\n{"name": "mcp.trace_context", "parameters": {}}\n```\n'
+            llm = ScriptedLLM([call, "ok"])
+            agent = AsyncToolAgent(llm, executor=[tools], output_format=PLUGIN, max_turn=2)
+            chunks = [c async for c in agent.stream("go", session_id="s1")]
+        finally:
+            await CONNECTIONS.aclose()
+    returned = [c for c in chunks if c.stream_state == AgentStatusCode.PLUGIN_RETURN]
+    meta = json.loads(str(returned[0].content))
+    tool = next(s for s in memory.get_finished_spans() if s.name.startswith("execute_tool"))
+    trace_id, span_id = _hex(tool)
+    assert meta["traceparent"].split("-")[1:3] == [trace_id, span_id]
+
+    # A2A: a ``traceparent`` header on the requests, the remote agent's invoke_agent as parent.
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("traceparent"))
+        return httpx.Response(404)
+
+    remote = RemoteAgent(
+        "http://agents.test/a2a/x/", name="expert", transport=httpx.MockTransport(handler)
+    )
+    with pytest.raises(Exception):  # noqa: B017 (no card there: what was sent is the point)
+        [c async for c in remote.stream("hi", session_id="s2")]
+    span = next(s for s in memory.get_finished_spans() if s.name == "invoke_agent expert")
+    assert span.kind.name == "CLIENT" and span.status.status_code.name == "ERROR"
+    assert seen and str(seen[0]).split("-")[1:3] == list(_hex(span))
