@@ -168,7 +168,7 @@ def _done_rules(done: DoneSpec | None) -> dict[str, Any]:
     }
 
 
-_TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
+TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
 _PROXY_FIELDS = ("human_input_mode", "max_consecutive_auto_reply")
 
 
@@ -196,7 +196,7 @@ def build_user_proxy(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
 
 
 def _kind_of_field(field: str) -> str:
-    return "task" if field in _TASK_FIELDS else "user_proxy"
+    return "task" if field in TASK_FIELDS else "user_proxy"
 
 
 def check_user_proxy(spec: AgentSpec, prefix: str) -> None:
@@ -208,7 +208,7 @@ def check_user_proxy(spec: AgentSpec, prefix: str) -> None:
             param=f"{prefix}.agent",
             code="missing_field",
         )
-    for field in _TASK_FIELDS[1:]:
+    for field in TASK_FIELDS[1:]:
         if getattr(spec, field) is not None:
             raise ValidationFailed(
                 f"{field!r} is for kind 'task' (this is 'user_proxy')",
@@ -236,7 +236,7 @@ def check_approval(spec: AgentSpec, prefix: str) -> None:
 def check_single(spec: AgentSpec, prefix: str) -> None:
     """``agent`` / ``tool_agent``: the task fields are a mistake, not something to ignore."""
     check_approval(spec, prefix)
-    for field in (*_TASK_FIELDS, *_PROXY_FIELDS):
+    for field in (*TASK_FIELDS, *_PROXY_FIELDS):
         if getattr(spec, field) is not None:
             raise ValidationFailed(
                 f"{field!r} is for kind {_kind_of_field(field)!r} (this is {spec.kind!r})",

@@ -101,6 +101,12 @@ class Registry:
         if spec.remote is not None:
             self._validate_remote(spec, prefix)
             return
+        if spec.api_key_env is not None:
+            raise ValidationFailed(
+                "api_key_env is for a remote agent (with 'remote')",
+                param=f"{prefix}.api_key_env",
+                code="not_supported",
+            )
         kind = self.kinds.get(spec.kind)
         if kind is None:
             raise ValidationFailed(

@@ -28,6 +28,10 @@ async def test_a_remote_url_is_resolved_and_checked_when_stored(client: httpx.As
     error = resp.json()["error"]
     assert error["code"] == "url_not_allowed" and error["param"] == "spec.remote"
     assert "does not resolve" in error["message"]
+    # Found by the contract fuzzer: a label too long for IDNA raised UnicodeError (a 500).
+    long_label = {"remote": f"http://{'a' * 64}.example/"}
+    resp = await client.post("/v1/agents", json={"name": "far", "spec": long_label})
+    assert resp.status_code == 422 and resp.json()["error"]["param"] == "spec.remote"
     listed = {"remote": "http://far.test/a2a/x/"}
     assert (
         await client.post("/v1/agents", json={"name": "far", "spec": listed})
