@@ -131,8 +131,11 @@ async def create_response(request: Request) -> Response:
         body = read.response_base(run)
         body["status"] = "queued" if run.status == RunStatus.QUEUED else "in_progress"
         return _json(body, planned.session_id)
-    await turn.finish(request.is_disconnected)
-    body = await read.final_response(state, run)
+    end = await turn.finish(request.is_disconnected)
+    if planned.agent.spec.kind == "model":  # one reply: the Response from the end in memory
+        body = read.from_end(run, end.run, end.public)
+    else:
+        body = await read.final_response(state, run)
     if planned.forget:
         await service.forget_session(state, who.tenant_id, planned.session_id)
     return _json(body, planned.session_id)

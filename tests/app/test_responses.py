@@ -62,6 +62,8 @@ async def test_create_answers_with_a_valid_response(
     assert raw.headers["X-Session-Id"].startswith("chain_")
     again = await oai.responses.retrieve(response.id)
     assert again.output_text == "Roses are red." and again.status == "completed"
+    # The answer (built from the run's end) is what the stored log replays.
+    assert again.model_dump() == {**response.model_dump(), "created_at": again.created_at}
 
 
 async def test_stream_events_in_openai_order(client: httpx.AsyncClient) -> None:
