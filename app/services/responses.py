@@ -32,7 +32,7 @@ from app.runtime.messages import dump_message
 from app.schemas.agents import AgentCreate, AgentSpec
 from app.schemas.responses import ResponseCreate
 from app.schemas.sessions import SessionCreate
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import CancelMode, RunStatus
 from app.services import responses_ids as ids
 from app.services.agent_directory import AgentInfo
 from app.services.agents import create_agent
@@ -417,7 +417,7 @@ async def cancel_response(state: AppState, run: Run) -> Run:
             param="response_id",
             code="response_not_cancellable",
         )
-    await state.run_manager.cancel(run.id, "cancelled")
+    await state.run_manager.cancel(run.id, CancelMode.CANCELLED)
     async with state.sessionmaker() as db:
         found = await db.get(Run, run.id)
     return found if found is not None else run
@@ -427,6 +427,6 @@ async def delete_response(state: AppState, run: Run) -> None:
     """Delete a response: its run and events (cancelled first while active); its turn stays
     in the session's memory."""
     if not RunStatus(run.status).terminal:
-        await state.run_manager.cancel(run.id, "cancelled")
+        await state.run_manager.cancel(run.id, CancelMode.CANCELLED)
     async with state.sessionmaker() as db, db.begin():
         await db.execute(sa.delete(Run).where(Run.id == run.id))
