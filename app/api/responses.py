@@ -120,7 +120,12 @@ async def create_response(request: Request) -> Response:
         return _json(last["response"], None)
     agent = await service.agent_for(state, who, req.model)
     planned = await service.plan(state, who, req, agent, route_header)
-    turn = await service.start(state, who, req, planned, inp)
+    try:
+        turn = await service.start(state, who, req, planned, inp)
+    except AppError:  # refused (budget, readiness, a busy session): no empty session stays
+        if planned.new:
+            await service.forget_session(state, who.tenant_id, planned.session_id)
+        raise
     run = turn.run
     if planned.forget and not turn.inline:
         service.forget_later(state, who.tenant_id, planned.session_id, run.id)

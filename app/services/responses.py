@@ -58,6 +58,7 @@ class Planned:
     agent: AgentInfo
     key: str  # the route key of its ids
     forget: bool  # store: false: the session goes when the run ends
+    new: bool = False  # made for this response (a new chain or a fork): gone if it is refused
 
 
 async def agent_for(state: AppState, who: Principal, model: str) -> AgentInfo:
@@ -149,7 +150,7 @@ async def plan(
     async with state.sessionmaker() as db, db.begin():
         body = SessionCreate(agent=agent.name, id=session_id, metadata={"source": SOURCE})
         await create_session(db, tenant, body)
-    return Planned(session_id, agent, key, forget)
+    return Planned(session_id, agent, key, forget, new=True)
 
 
 async def _continue(
@@ -174,7 +175,7 @@ async def _continue(
         fork = await fork_session(
             db, session, counts, agent_row, ids.mint(ids.CHAIN, key), {"source": SOURCE}
         )
-        return Planned(fork.id, agent, key, forget)
+        return Planned(fork.id, agent, key, forget, new=True)
 
 
 async def _conversation(
@@ -209,7 +210,7 @@ async def _conversation(
                 else await _all(db, session)
             )
             fork = await fork_session(db, session, counts, agent_row, ids.mint(ids.CHAIN, key))
-            return Planned(fork.id, agent, key, forget)
+            return Planned(fork.id, agent, key, forget, new=True)
         if session.agent_id != agent.id:
             current = await db.get(Agent, session.agent_id)
             implicit = (current is not None and current.name.startswith(ids.IMPLICIT_AGENT)) and (
