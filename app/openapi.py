@@ -104,9 +104,9 @@ _INVALID_BODY = (
 )
 _RESPONSES: dict[str, Codes] = {
     "POST /v1/responses": {
-        400: ("invalid_json", "invalid_body", "invalid_value", "missing_field", "invalid_request"),
+        400: (*_INVALID_BODY, "not_supported", "unknown_tool"),
         404: ("model_not_found", "response_not_found", "conversation_not_found"),
-        409: ("session_busy",),
+        409: ("session_busy", "run_not_waiting"),
         429: ("budget_exceeded",),
         503: ("model_not_ready", "engine_unavailable"),
     },

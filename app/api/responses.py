@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
@@ -20,7 +20,7 @@ from app.api.sse import SSE_RESPONSES, frame
 from app.deps import PrincipalDep, StateDep, app_state, authenticate, json_body, validated_body
 from app.errors import AppError, BadRequest, public_error
 from app.models.encoded import dumps
-from app.schemas.responses import ResponseCreate
+from app.schemas.responses import ResponseCreate, ResponseCreateDoc
 from app.schemas.vocab import RunStatus
 from app.services import responses as service
 from app.services import responses_ids as ids
@@ -33,12 +33,13 @@ from app.state import AppState
 router = APIRouter(prefix="/v1", tags=["responses"])
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-Session-Id"
+ROUTE_KEY_MAX = 128
 
 _CREATE_DOC = documented(
-    ResponseCreate,
+    ResponseCreateDoc,
     header_parameter(
         ROUTE_KEY_HEADER,
-        {"type": "string", "maxLength": 128},
+        {"type": "string", "maxLength": ROUTE_KEY_MAX},
         "The route key of new ids (set by the load balancer; docs/responses.md)",
         titled=False,
     ),
@@ -96,17 +97,21 @@ async def create_response(request: Request) -> Response:
     data = await json_body(request)
     who = await authenticate(request)
     route_header = request.headers.get(ROUTE_KEY_HEADER)
+    if route_header is not None and len(route_header) > ROUTE_KEY_MAX:
+        raise BadRequest(
+            f"{ROUTE_KEY_HEADER}: String should have at most {ROUTE_KEY_MAX} characters",
+            param=ROUTE_KEY_HEADER,
+            code="invalid_value",
+        )
     req = validated_body(ResponseCreate, data)
     state = app_state(request)
-    inp = parse_input(req.input)  # 400 naming the item before anything is stored
+    inp = parse_input(req.items())  # 400 naming the item before anything is stored
     if inp.approvals:  # decisions about a waiting agent's calls: that response goes on
         return await _approved(state, who, req, inp)
-    if not inp.messages:
-        raise BadRequest("input must hold at least one message or item", param="input")
     if service.stateless(req) and (handle := await service.raw_model(state, who, req.model)):
         # Nothing to keep or continue: the raw model answers in the request (no session).
         rid = ids.mint(ids.RESPONSE, ids.route_key(route_header))
-        events = stateless_events(state, who.tenant_id, handle, req, inp, rid)
+        events = stateless_events(state, who.tenant_id, handle, req, inp, rid, not req.stream)
         if req.stream:
             return event_stream(state, events, None)
         last: dict[str, Any] = {}
@@ -200,7 +205,7 @@ async def list_input_items(
     response_id: str,
     state: StateDep,
     who: PrincipalDep,
-    order: str = "desc",
+    order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> Response:

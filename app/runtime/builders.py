@@ -62,6 +62,7 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     if not spec.sub_agents:
         return _with_gen_params(agent, spec)
     from agents.task import Task
+    from agents.task_types import TaskConfig
 
     # A review round: the answer goes to each sub-agent in turn and back; the agent ends it.
     subs = [Task(_member(sub, ctx, key), single_round=True) for key, sub in _subs(spec)]
@@ -73,6 +74,10 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         max_turns=1 + 2 * len(subs),
         gen_params=spec.gen_params.to_kwargs(),
         restart=False,  # a session's turns share the memory
+        # A review round is not a langroid program: "DONE" in an answer is just text.
+        config=TaskConfig(
+            recognize_string_signals=False, inf_loop_cycle_len=4, inf_loop_wait_factor=3
+        ),
     )
     task.agentstation_gen_params = {}  # the spec's: gen_params
     result: ServableAgent = task
@@ -243,6 +248,13 @@ def check_single(spec: AgentSpec, prefix: str) -> None:
 def check_task(spec: AgentSpec, prefix: str) -> None:
     """422s of a ``task`` spec beyond its schema."""
     check_approval(spec, prefix)
+    for field in _PROXY_FIELDS:
+        if getattr(spec, field) is not None:
+            raise ValidationFailed(
+                f"{field!r} is for kind 'user_proxy' (this is 'task')",
+                param=f"{prefix}.{field}",
+                code="not_supported",
+            )
     if spec.agent is None:
         raise ValidationFailed(
             "a task needs an agent (a stored agent's name or a spec)",

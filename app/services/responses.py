@@ -27,12 +27,12 @@ from agents.chat_agent import chat_message
 from app.db.models import Agent, Run
 from app.db.models import Session as SessionRow
 from app.engines.base import ModelHandle
-from app.errors import BadRequest, Conflict, NotFound, Unavailable
+from app.errors import BadRequest, Conflict, NotFound, RunNotWaiting, Unavailable
 from app.runtime.messages import dump_message
 from app.schemas.agents import AgentCreate, AgentSpec
 from app.schemas.responses import ResponseCreate
 from app.schemas.sessions import SessionCreate
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import CancelMode, RunStatus
 from app.services import responses_ids as ids
 from app.services.agent_directory import AgentInfo
 from app.services.agents import create_agent
@@ -131,9 +131,12 @@ async def plan(
         raise BadRequest(
             "previous_response_id and conversation cannot be used together",
             param="conversation",
+            code="not_supported",
         )
     if req.background and not req.store:
-        raise BadRequest("background responses must be stored (store: true)", param="store")
+        raise BadRequest(
+            "background responses must be stored (store: true)", param="store", code="not_supported"
+        )
     forget = not req.store
     key = ids.route_key(header, req.previous_response_id or conversation)
     tenant = who.tenant_id
@@ -218,6 +221,7 @@ async def _conversation(
                     f"conversation {conversation!r} is with {current.name if current else '?'}"
                     f"; it cannot go on with {agent.name!r}",
                     param="model",
+                    code="not_supported",
                 )
             session.agent_id, session.agent_version = agent.id, agent.version
             state.turn_sessions.pop((tenant, conversation))
@@ -261,7 +265,7 @@ def sampling(req: ResponseCreate) -> dict[str, Any]:
 
 def model_params(req: ResponseCreate) -> dict[str, Any]:
     """What a raw model's call gets besides sampling: the function tools, the answer format."""
-    params = dict(model_tools(req.tools, req.tool_choice, req.parallel_tool_calls).params)
+    params = dict(model_tools(req.tool_dicts(), req.tool_choice, req.parallel_tool_calls).params)
     fmt = response_format(req.text)
     if fmt is not None:
         params["response_format"] = fmt
@@ -274,7 +278,7 @@ def response_meta(
     """What the Response repeats of its request (kept in the run's options); ``spec``: the
     agent's (None: the raw model itself, no session)."""
     hosted = spec is None or spec.kind == "model"  # an agent's tools are its own
-    tools = [t for t in req.tools if t.get("type") == "function"] if hosted else []
+    tools = [t for t in req.tool_dicts() if t.get("type") == "function"] if hosted else []
     text = req.text.model_dump(by_alias=True, exclude_none=True) if req.text else {}
     text.setdefault("format", {"type": "text"})
     return {
@@ -296,9 +300,11 @@ def response_meta(
         "user": req.user,
         "hold": spec is not None and holds_turns(spec),
         "session": session_id,
-        "input": req.input
-        if isinstance(req.input, list)
-        else [{"type": "message", "role": "user", "content": req.input}],
+        "input": (
+            req.items()
+            if isinstance(req.input, list)
+            else [{"type": "message", "role": "user", "content": req.input}]
+        ),
     }
 
 
@@ -381,12 +387,13 @@ async def resume_approved(
         raise BadRequest(
             "mcp_approval_response items answer a response: send its previous_response_id",
             param="previous_response_id",
+            code="missing_field",
         )
     run = await response_run(state, who.tenant_id, req.previous_response_id, "previous_response_id")
     if run.status != RunStatus.REQUIRES_ACTION:
-        raise BadRequest(
+        raise RunNotWaiting(
             f"response {run.id!r} does not wait for approval (status {run.status!r})",
-            param="input",
+            param="previous_response_id",
         )
     decisions = [
         {
@@ -410,7 +417,7 @@ async def cancel_response(state: AppState, run: Run) -> Run:
             param="response_id",
             code="response_not_cancellable",
         )
-    await state.run_manager.cancel(run.id, "cancelled")
+    await state.run_manager.cancel(run.id, CancelMode.CANCELLED)
     async with state.sessionmaker() as db:
         found = await db.get(Run, run.id)
     return found if found is not None else run
@@ -420,6 +427,6 @@ async def delete_response(state: AppState, run: Run) -> None:
     """Delete a response: its run and events (cancelled first while active); its turn stays
     in the session's memory."""
     if not RunStatus(run.status).terminal:
-        await state.run_manager.cancel(run.id, "cancelled")
+        await state.run_manager.cancel(run.id, CancelMode.CANCELLED)
     async with state.sessionmaker() as db, db.begin():
         await db.execute(sa.delete(Run).where(Run.id == run.id))

@@ -52,10 +52,10 @@ def base_of(response_id: str, created_at: int, meta: dict[str, Any], agent: str)
     }
 
 
-def stream_of(run: Run) -> ResponseStream:
-    """A fresh mapper of ``run``'s events."""
+def stream_of(run: Run, quiet: bool = False) -> ResponseStream:
+    """A fresh mapper of ``run``'s events (``quiet``: for its Response only)."""
     meta = (run.options or {}).get("response") or {}
-    return ResponseStream(response_base(run), run.agent, bool(meta.get("hold")))
+    return ResponseStream(response_base(run), run.agent, bool(meta.get("hold")), quiet)
 
 
 async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -71,7 +71,7 @@ async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, di
 
 async def response_now(state: AppState, run: Run) -> dict[str, Any]:
     """The Response as stored now (a running one: what its stored events show so far)."""
-    stream = stream_of(run)
+    stream = stream_of(run, quiet=True)
     for _, type_, data in await stored_events(state, run.id):
         stream.feed(type_, data)
     response = stream.response
@@ -105,7 +105,7 @@ async def response_events(
 
 async def final_response(state: AppState, run: Run) -> dict[str, Any]:
     """The Response of a run that has ended (its whole log)."""
-    stream = stream_of(run)
+    stream = stream_of(run, quiet=True)
     async for event in state.run_manager.follow(run.id, 0):
         stream.feed(event.type, event.data)
         if stream.ended and not stream.paused:
@@ -115,7 +115,7 @@ async def final_response(state: AppState, run: Run) -> dict[str, Any]:
 
 async def last_number(state: AppState, run: Run) -> int:
     """The number of the last stream event of the run's stored log (-1: none)."""
-    stream = stream_of(run)
+    stream = stream_of(run, quiet=True)
     for _, type_, data in await stored_events(state, run.id):
         stream.feed(type_, data)
     return stream.seq

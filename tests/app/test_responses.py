@@ -235,3 +235,23 @@ async def test_errors_in_openai_envelope(oai: openai.AsyncOpenAI, app: FastAPI) 
     with pytest.raises(openai.NotFoundError):
         await other.responses.create(model="echo", input="x", previous_response_id=done.id)
     await other.close()
+
+
+async def test_the_playground_lists_a_responses_session(client: httpx.AsyncClient) -> None:
+    """The playground lists agents and their sessions: a raw model's chain is a session of the
+    agent ``responses.<model>``, with the turns in its memory."""
+    raw = await client.post("/v1/responses", json={"model": "echo", "input": "listed"})
+    session = raw.headers["X-Session-Id"]
+    agents = (await client.get("/v1/agents")).json()["data"]
+    implicit = next(a for a in agents if a["name"] == "responses.echo")
+    assert implicit["spec"]["kind"] == "model" and implicit["spec"]["model"] == "echo"
+    listed = (await client.get("/v1/sessions", params={"agent": "responses.echo"})).json()
+    assert session in [s["id"] for s in listed["data"]]
+    memory = (await client.get(f"/v1/sessions/{session}/memory")).json()["memory"]
+    assert [(m["sender"], m["content"]) for m in memory] == [
+        ("user", "listed"),
+        ("responses.echo", "listed"),
+    ]
+    # A message typed in the playground goes on with the same session.
+    more = await client.post(f"/v1/sessions/{session}/messages", json={"message": "typed"})
+    assert more.json()["message"]["content"] == "typed"

@@ -134,3 +134,26 @@ def test_responses_chains_client_follows_a_chain_and_replays_chat_history() -> N
         ("TTFT p50 vs agentic-api", True),
         ("TTFT turn 20 / turn 1", True),
     ]
+
+
+async def test_engine_affinity_harness_measures_hits_and_ttft_per_policy() -> None:
+    # bench/engine_affinity.py's measurement on fake engines that count prefix hits like
+    # vLLM's /metrics (a message is a hit where the server saw the conversation up to it).
+    from bench.engine_affinity import measure
+    from tests.app.test_engine_fleet import FakeEngine
+
+    engines = [FakeEngine(f"up{i}") for i in range(4)]
+    for engine in engines:
+        await engine.start()
+    try:
+        fleets = {"session": [e.url[:-3] for e in engines[:2]]}
+        fleets["round_robin"] = [e.url[:-3] for e in engines[2:]]
+        result = await measure(fleets, sessions=4, turns=5, max_tokens=4)
+    finally:
+        for engine in engines:
+            await engine.stop()
+    session, rr = result["rows"]
+    assert (session["routing"], rr["routing"]) == ("session", "round_robin")
+    assert sum(session["requests_per_server"]) == sum(rr["requests_per_server"]) == 20
+    assert session["prefix_hit_rate"] > rr["prefix_hit_rate"] > 0
+    assert session["last_turn_ttft_p50_ms"] > 0 and result["ttft_ratio_session_over_round_robin"]

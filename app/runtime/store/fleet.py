@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.db.base import utcnow
 from app.db.engine import APPLICATION_PREFIX
 from app.db.models import Replica, Run, SessionKernel
-from app.runtime.writes import WriteGate
+from app.runtime.store.writes import WriteGate
 from app.schemas.vocab import ACTIVE
 
 REPLICAS = cast(sa.Table, Replica.__table__)
