@@ -3,8 +3,9 @@ the shipped config (deploy/nginx/nginx.conf), with real sandboxed kernels and a 
 agent whose cells carry each session's own value.
 
 1. Affinity: 50 sessions each set ``x = <its value>`` in Python on one turn and read it back on
-   later turns through REST and through chat with ``X-Session-Id``: every read returns its own
-   value, and every run of a session ran on one replica.
+   later turns through REST and through chat with ``X-Session-Id``, and 20 of them do the same
+   in a Responses chain (``previous_response_id``, routed by the route key in the ids): every
+   read returns its own value, and every run of a session ran on one replica.
 2. ``kill -9`` of one replica under the test's own bounded load (sessions in a loop of streamed
    REST turns, JSON REST turns and chat turns whose cells take 0.3 s): every request gets an
    answer (success, or 503 with ``Retry-After`` that a retry then passes), every turn
@@ -46,6 +47,7 @@ from tests.resilience.procs import Service, wait_until
 pytestmark = [pytest.mark.postgres, pytest.mark.kernel, pytest.mark.slow, pytest.mark.live]
 
 SESSIONS = 50
+CHAINS = 20  # of them also run a Responses chain (a session of its own: 20 more kernels)
 CALL = json.dumps({"name": "IPythonInteractive", "parameters": {"command": "{user}"}})
 # Per conversation: run the user's message as a cell, then answer with the cell's output.
 CODER = {
@@ -162,6 +164,8 @@ async def _affinity(c: httpx.AsyncClient, url: str) -> dict[str, str]:
             read = await _rest(c, sid, "print(x)")
             assert _reads(str(read["message"]["content"]), n), read
             assert _reads(await _chat(c, sid, "print(x)"), n)
+            if n < CHAINS:
+                await _chain(c, n)
 
     await asyncio.gather(*(session(n) for n in range(SESSIONS)))
     async with _db(url) as db:
@@ -169,10 +173,35 @@ async def _affinity(c: httpx.AsyncClient, url: str) -> dict[str, str]:
             "SELECT session_id, array_agg(DISTINCT replica) r FROM runs GROUP BY 1"
         )
     homes = {row["session_id"]: row["r"] for row in rows}
-    assert len(homes) == SESSIONS
+    assert len(homes) == SESSIONS + CHAINS  # the chains' sessions too
     assert all(len(r) == 1 for r in homes.values()), homes  # every turn on the session's replica
     assert len({r[0] for r in homes.values()}) == 3  # sessions spread over the replicas
-    return {sid: r[0] for sid, r in homes.items()}
+    return {sid: r[0] for sid, r in homes.items() if not sid.startswith("chain_")}
+
+
+async def _chain(c: httpx.AsyncClient, n: int) -> None:
+    """A Responses chain: nginx hands the first response a route key (X-Route-Key), the
+    service puts it in the response's id, and the next responses (previous_response_id, in the
+    JSON body only) hash to the same replica: the chain's kernel still has x."""
+    first = await c.post("/v1/responses", json={"model": "py", "input": f"x = {value(n)}"})
+    assert first.status_code == 200, first.text
+    session = first.headers["x-session-id"]
+    previous = first.json()["id"]
+    for _ in range(2):
+        body = {"model": "py", "input": "print(x)", "previous_response_id": previous}
+        resp = await c.post("/v1/responses", json=body)
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-session-id"] == session  # the chain's one session
+        texts = [
+            part["text"]
+            for item in resp.json()["output"]
+            if item["type"] == "message"
+            for part in item["content"]
+            if part["type"] == "output_text"
+        ]
+        assert _reads(" ".join(texts), n), resp.json()["output"]
+        assert resp.json()["id"][5:21] == previous[5:21]  # the chain keeps its route key
+        previous = resp.json()["id"]
 
 
 @dataclass
