@@ -12,12 +12,37 @@ from agents.schema import (
     AgentStatusCode,
     ModelStatusCode,
 )
-from agents.task import AsyncTask, Task, run_batch, run_batch_async
-from agents.task_types import Budget, Entity, StatusCode, TaskResult
+from agents.task import (
+    AsyncTask,
+    Task,
+    run_batch,
+    run_batch_async,
+    run_batch_tasks,
+    run_batch_tasks_async,
+)
+from agents.task_types import (
+    AT,
+    DONE,
+    NO_ANSWER,
+    PASS,
+    PASS_TO,
+    SEND_TO,
+    Budget,
+    Entity,
+    StatusCode,
+    TaskConfig,
+    TaskResult,
+)
 from agents.tool_agent import AsyncToolAgent, ToolAgent
-from agents.tool_message import DoneTool, ToolMessage
+from agents.tool_message import DoneTool, RecipientTool, ToolMessage
 
 __all__ = [
+    "AT",
+    "DONE",
+    "NO_ANSWER",
+    "PASS",
+    "PASS_TO",
+    "SEND_TO",
     "ActionReturn",
     "ActionStatusCode",
     "ActionValidCode",
@@ -39,12 +64,16 @@ __all__ = [
     "Memory",
     "MemoryManager",
     "ModelStatusCode",
+    "RecipientTool",
     "Sequential",
     "StatusCode",
     "Task",
+    "TaskConfig",
     "TaskResult",
     "ToolAgent",
     "ToolMessage",
     "run_batch",
     "run_batch_async",
+    "run_batch_tasks",
+    "run_batch_tasks_async",
 ]

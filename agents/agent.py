@@ -106,6 +106,44 @@ class BaseAgent:
         if self.memory is not None:
             self.memory.add(message, session_id=session_id)
 
+    def clear_history(self, start: int = -2, end: int = -1, session_id: SessionId = 0) -> None:
+        """langroid's ``clear_history``: delete the session's messages ``start`` .. ``end``
+        (inclusive; negative ``start`` counts from the end; ``end=-1``: to the last one)."""
+        memory = self.memory.get(session_id) if self.memory is not None else None
+        if memory is None:
+            return
+        n = len(memory.memory)
+        first = max(0, n + start) if start < 0 else start
+        del memory.memory[first : n if end == -1 else end + 1]
+
+    async def llm_response_forget_async(
+        self, message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> AgentMessage:
+        """langroid's ``llm_response_forget``: the model's reply to ``message`` after the
+        session's history, leaving the history as it was."""
+        memory = self.memory.get(session_id) if self.memory is not None else None
+        kept = list(memory.memory) if memory is not None else None
+        inputs = _to_messages((message,))
+        if memory is not None:
+            memory.add(inputs)
+        try:
+            reply: AgentMessage | None = None
+            async for chunk in self._generate(tuple(inputs), session_id, **kwargs):
+                reply = chunk
+            assert reply is not None
+            return reply
+        finally:
+            if memory is not None and kept is not None:
+                memory.memory = kept
+
+    def llm_response_forget(
+        self, message: MessageInput, session_id: SessionId = 0, **kwargs: Any
+    ) -> AgentMessage:
+        """``llm_response_forget_async`` from sync code."""
+        from agents.utils import run_sync
+
+        return run_sync(self.llm_response_forget_async(message, session_id, **kwargs))
+
     def state_dict(self, session_id: SessionId = 0) -> dict[str, list[dict[str, Any]]]:
         """Every memory of the session: ``{'memory': [...], 'writer.memory': [...]}``."""
         state: dict[str, list[dict[str, Any]]] = {}
@@ -164,12 +202,38 @@ class BaseAgent:
         return node
 
     # -- the core -----------------------------------------------------------------------------
+    def system_instruction(self) -> SystemInstruction | None:
+        """The system prompt of the next model call (tool agents add their tools' text)."""
+        return self.template
+
     async def forward(
         self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
     ) -> Any:
-        """Default: stream the LLM's reply to the aggregated memory."""
-        async for chunk in self._generate(message, session_id, **kwargs):
-            yield chunk
+        """Default: stream the LLM's reply to the aggregated memory. A reply that does not
+        parse in the output format is shown its error once (the reply and the error join the
+        memory); a second one raises ``OutputParseError``."""
+        from agents.parsers import OutputParseError, feedback, parse_error
+
+        inputs = message
+        for attempt in range(2):
+            reply: AgentMessage | None = None
+            async for chunk in self._generate(inputs, session_id, **kwargs):
+                if chunk.stream_state == _END:
+                    reply = chunk
+                else:
+                    yield chunk
+            assert reply is not None
+            error = parse_error(reply.formatted)
+            if error is None:
+                yield reply
+                return
+            if attempt == 1:
+                raise OutputParseError(self.name, error, str(reply.content))
+            shown = AgentMessage(sender="user", content=feedback(error))
+            if self.memory is not None:
+                self.update_memory([reply, shown], session_id=session_id)
+            else:
+                inputs = (*inputs, reply, shown)
 
     async def _generate(
         self, inputs: tuple[AgentMessage, ...], session_id: SessionId, **kwargs: Any
@@ -181,7 +245,9 @@ class BaseAgent:
         if history is None:
             history = Memory()
             history.add(list(inputs))
-        formatted = self.aggregator.aggregate(history, self.name, self.output_format, self.template)
+        formatted = self.aggregator.aggregate(
+            history, self.name, self.output_format, self.system_instruction()
+        )
         text = ""
         tool_calls: list[dict[str, Any]] = []  # native calls a backend reported (extra)
         async for delta in self.llm.astream(formatted, **kwargs):
@@ -190,10 +256,13 @@ class BaseAgent:
                 text += delta.text
                 yield AgentMessage(sender=self.name, content=text, stream_state=_STREAM_ING)
         parsed = None
-        if getattr(self.output_format, "accepts_tool_calls", False):  # NativeToolFormat
-            parsed = self.output_format.parse_response(text, tool_calls=tool_calls)
-        elif self.output_format:
-            parsed = self.output_format.parse_response(text)
+        try:
+            if getattr(self.output_format, "accepts_tool_calls", False):  # NativeToolFormat
+                parsed = self.output_format.parse_response(text, tool_calls=tool_calls)
+            elif self.output_format:
+                parsed = self.output_format.parse_response(text)
+        except ValueError as exc:  # a parser that raises (pydantic's errors too): an error
+            parsed = {"status": -1, "data": None, "message": str(exc)}
         yield AgentMessage(sender=self.name, content=text, formatted=parsed)
 
     def _stream(

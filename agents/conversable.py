@@ -6,16 +6,21 @@ answers with the first of its reply functions that claims the message: ``registe
 trigger, fn)`` adds ``fn(agent, message, history, sender) -> (final, reply)`` (sync or async),
 tried newest first; ``trigger`` filters by sender (a name, a list of names, an agent class, a
 predicate, or None for anyone). ``final=True`` stops the chain: ``reply`` (None: no answer) is
-sent back to the sender, which may answer again, and so on. A conversation stops when a message
-is a termination message (``TERMINATE`` in its content by default) or an agent made
+sent back to the sender, which may answer again, and so on. A reply may be a string, an
+``AgentMessage`` or Byzer-Agent's ``{"content": ..., "metadata": {...}}`` (the metadata becomes
+the message's ``extra_info``). A conversation stops when a message is a termination message
+(``TERMINATE`` in its content, or ``metadata={"TERMINATE": True}``, by default) or an agent made
 ``max_consecutive_auto_reply`` answers in a row to the same peer. History is kept per peer
-(``chat_messages[peer]``); every delivered message is also in ``directory.transcript``.
+(``chat_messages[peer]``, ``get_chat_messages()``); every delivered message is also in
+``directory.transcript``. ``stream_reply(gen)`` answers with a stream a receiver reads with
+``get_agent_stream_messages(agent, stream_id)``.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from agents.agent import AsyncAgent, BaseAgent
@@ -84,14 +89,32 @@ class ConversableAgent:
         self.directory = directory if directory is not None else AgentDirectory()
         self.directory.register(self)
         self.max_consecutive_auto_reply = max_consecutive_auto_reply
-        self.is_termination_msg = is_termination_msg or (
-            lambda m: TERMINATE in str(m.content or "")
-        )
+        self.is_termination_msg = is_termination_msg or is_terminate
         self.chat_messages: dict[str, list[AgentMessage]] = {}
+        self._streams: dict[str, Any] = {}  # stream_reply's generators, by stream id
+        #: The session an agent's memory of ``peer`` is kept under (a server sets it so that
+        #: the memory is the session's).
+        self.session_of: Callable[[str], Any] = lambda peer: peer
         self._auto_replies: dict[str, int] = {}
         self._reply_funcs: list[tuple[Trigger, ReplyFunc]] = []
         self.register_reply(None, ConversableAgent.agent_reply)
         self.register_reply(None, ConversableAgent.check_termination)
+        self._register_decorated()
+
+    def _register_decorated(self) -> None:
+        """Methods marked ``@agent_reply(...)``, registered in the order the class defines them,
+        each first in line (so the last defined is tried first, before the built-in replies):
+        Byzer-Agent's rule, hence its advice to define a catch-all reply at the class's head."""
+        marked: list[tuple[str, Any]] = []
+        for klass in reversed(type(self).__mro__):
+            for attr, value in vars(klass).items():
+                if hasattr(value, _REPLY_MARK):
+                    marked = [m for m in marked if m[0] != attr] + [(attr, value)]
+        for attr, func in marked:
+            trigger = getattr(func, _REPLY_MARK)
+            if callable(trigger) and not isinstance(trigger, type):
+                trigger = _lazy_trigger(self, trigger)
+            self.register_reply(trigger, getattr(type(self), attr))
 
     # -- reply functions -------------------------------------------------------------------
     def register_reply(self, trigger: Trigger, reply_func: ReplyFunc, position: int = 0) -> None:
@@ -137,8 +160,46 @@ class ConversableAgent:
         """The wrapped agent's answer (its memory of this peer is its session ``sender``)."""
         if self.agent is None:
             return False, None
-        reply = await self.agent._collect(message, session_id=sender.name)
+        reply = await self.agent._collect(message, session_id=self.session_of(sender.name))
         return True, reply.content
+
+    # -- Byzer-Agent's streams and history -----------------------------------------------------
+    def stream_reply(self, response_gen: Any, contexts: list[Any] | None = None) -> ReplyResult:
+        """Byzer-Agent's streamed answer: ``return self.stream_reply(gen)`` from a reply function.
+        The reply's content is a stream id and its metadata ``{"agent", "stream": True,
+        "stream_id", "contexts", "TERMINATE": True}``; the receiver reads the pieces with
+        ``get_agent_stream_messages(metadata["agent"], metadata["stream_id"])``. ``gen`` may
+        be an iterable or async iterable of strings or ``(text, metadata)`` pairs."""
+        stream_id = str(uuid.uuid4())
+        self._streams[stream_id] = response_gen
+        metadata = {
+            "agent": self.name,
+            "stream": True,
+            "stream_id": stream_id,
+            "contexts": list(contexts or []),
+            "TERMINATE": True,
+        }
+        return True, {"content": stream_id, "metadata": metadata}
+
+    async def get_agent_stream_messages(
+        self, agent: str | ConversableAgent, stream_id: str
+    ) -> AsyncIterator[tuple[str, Any]]:
+        """The pieces of ``agent``'s stream ``stream_id`` as ``(text, metadata)`` pairs (each
+        stream is read once)."""
+        owner = self.directory.get(agent) if isinstance(agent, str) else agent
+        source = owner._streams.pop(stream_id, None)
+        if source is None:
+            raise KeyError(f"{owner.name} has no stream {stream_id!r}")
+        if hasattr(source, "__aiter__"):
+            async for item in source:
+                yield _piece(item)
+        else:
+            for item in source:
+                yield _piece(item)
+
+    def get_chat_messages(self) -> dict[str, list[AgentMessage]]:
+        """Byzer-Agent's ``get_chat_messages``: every peer's history, by the peer's name."""
+        return self.chat_messages
 
     # -- messaging ---------------------------------------------------------------------------
     async def send(
@@ -146,10 +207,7 @@ class ConversableAgent:
     ) -> None:
         """Send to an agent (or its name) in the directory; it may answer back."""
         name = recipient if isinstance(recipient, str) else recipient.name
-        if isinstance(message, AgentMessage):
-            msg = message.model_copy(update={"sender": self.name, "receiver": name})
-        else:
-            msg = AgentMessage(sender=self.name, receiver=name, content=message)
+        msg = as_message(message, self.name, name)
         self.chat_messages.setdefault(name, []).append(msg)
         await self.directory.deliver(msg, request_reply)
 
@@ -166,11 +224,17 @@ class ConversableAgent:
         self._auto_replies[sender.name] = self._auto_replies.get(sender.name, 0) + 1
         await self.send(reply, sender)
 
-    async def initiate_chat(self, recipient: str | ConversableAgent, message: Any) -> None:
-        """Start a conversation (resets the auto-reply counters of both sides for it)."""
+    async def initiate_chat(
+        self, recipient: str | ConversableAgent, message: Any = None, clear_history: bool = True
+    ) -> None:
+        """Start a conversation (resets the auto-reply counters of both sides for it;
+        ``clear_history``: both sides forget their earlier messages with each other)."""
         peer = self.directory.get(recipient) if isinstance(recipient, str) else recipient
         self._auto_replies.pop(peer.name, None)
         peer._auto_replies.pop(self.name, None)
+        if clear_history:
+            self.chat_messages.pop(peer.name, None)
+            peer.chat_messages.pop(self.name, None)
         await self.send(message, peer)
 
     def last_message(self, peer: str | ConversableAgent) -> AgentMessage | None:
@@ -192,4 +256,95 @@ class ConversableAgent:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-__all__ = ["TERMINATE", "AgentDirectory", "ConversableAgent", "ReplyFunc"]
+_REPLY_MARK = "__agent_reply_trigger__"
+
+
+def agent_reply(trigger: Any = None) -> Callable[[Any], Any]:
+    """Byzer-Agent's ``@byzerllm.agent_reply(...)``: mark a method as a reply function
+    ``(self, raw_message, messages, sender, config=None) -> (final, reply)``. ``trigger``
+    filters senders like ``register_reply``'s, or is ``lambda self: [...]`` (agents or names,
+    read when a message arrives)."""
+
+    def mark(func: Any) -> Any:
+        setattr(func, _REPLY_MARK, trigger)
+        return func
+
+    return mark
+
+
+def _lazy_trigger(agent: Any, make: Callable[..., Any]) -> Callable[[Any], bool]:
+    """A ``lambda self: [...]`` trigger as a sender predicate."""
+    try:
+        takes_self = len(inspect.signature(make).parameters) == 1
+    except (TypeError, ValueError):
+        takes_self = False
+
+    def matches(sender: Any) -> bool:
+        if not takes_self:
+            return bool(make(sender))
+        names = {x if isinstance(x, str) else getattr(x, "name", None) for x in make(agent)}
+        return sender.name in names
+
+    return matches
+
+
+class Agents:
+    """Byzer-Agent's ``Agents`` factory."""
+
+    @staticmethod
+    def create_remote_agent(
+        url: str,
+        name: str,
+        directory: AgentDirectory | None = None,
+        api_key: str | None = None,
+        **kwargs: Any,
+    ) -> ConversableAgent:
+        """A named agent that lives on another server, spoken to over A2A
+        (``agents.remote.RemoteAgent``): Byzer-Agent's remote (Ray) agent's role. ``url`` is
+        the remote agent's A2A base URL (AgentStation: ``/a2a/<agent>/``); ``kwargs`` go to
+        ``RemoteAgent`` (``headers``, ``timeout_s``, ...)."""
+        from agents.remote import RemoteAgent
+
+        remote = RemoteAgent(url, name=name, api_key=api_key, **kwargs)
+        return ConversableAgent(name, agent=remote, directory=directory)
+
+
+def is_terminate(message: AgentMessage) -> bool:
+    """Byzer-Agent's termination: ``TERMINATE`` in the content or ``metadata["TERMINATE"]``."""
+    meta = message.extra_info
+    if isinstance(meta, dict) and meta.get("TERMINATE"):
+        return True
+    return TERMINATE in str(message.content or "")
+
+
+def as_message(message: Any, sender: str, receiver: str) -> AgentMessage:
+    """A reply (a string, an ``AgentMessage`` or ``{"content", "metadata"}``) as a message."""
+    if isinstance(message, AgentMessage):
+        return message.model_copy(update={"sender": sender, "receiver": receiver})
+    if isinstance(message, dict) and "content" in message:
+        meta = message.get("metadata")
+        return AgentMessage(
+            sender=sender, receiver=receiver, content=message["content"],
+            extra_info=dict(meta) if isinstance(meta, dict) and meta else None,
+        )  # fmt: skip
+    return AgentMessage(sender=sender, receiver=receiver, content=message)
+
+
+def _piece(item: Any) -> tuple[str, Any]:
+    if isinstance(item, tuple) and len(item) == 2:
+        return str(item[0]), item[1]
+    if isinstance(item, AgentMessage):
+        return str(item.content), item.extra_info
+    return str(item), None
+
+
+__all__ = [
+    "TERMINATE",
+    "AgentDirectory",
+    "Agents",
+    "ConversableAgent",
+    "ReplyFunc",
+    "agent_reply",
+    "as_message",
+    "is_terminate",
+]

@@ -17,6 +17,37 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticUndefined
 
 
+class OutputParseError(ValueError):
+    """The model's reply did not parse in the agent's output format, even after the error was
+    shown to it once (``BaseAgent.forward``)."""
+
+    def __init__(self, agent: str, error: str, reply: str) -> None:
+        super().__init__(
+            f"{agent}: the model's reply could not be parsed, also after the error was shown "
+            f"to it once: {error}"
+        )
+        self.agent = agent
+        self.error = error
+        self.reply = reply
+
+
+def parse_error(parsed: Any) -> str | None:
+    """What is wrong with a parsed reply of a non-tool format (``{'status': -1, 'message'}``,
+    JSONParser's convention), else None. Tool-call results (``tool_type``) are not checked:
+    a tool agent shows the model a bad call as the call's result."""
+    if not isinstance(parsed, dict) or "tool_type" in parsed or parsed.get("status") != -1:
+        return None
+    return str(parsed.get("message") or "the reply is not in the required format")
+
+
+def feedback(error: str) -> str:
+    """The message that shows the model its parse error (langroid feeds the error back)."""
+    return (
+        f"Your reply could not be parsed: {error}\n"
+        "Please write your reply again, correcting the errors, in the required format."
+    )
+
+
 class ToolStatusCode(IntEnum):
     """``status`` of a ``ToolParser`` result."""
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any, ClassVar
 
 from agents.agent import AsyncAgent, BaseAgent
 from agents.llms.base import Usage, usage_scope
 from agents.memory import SessionId
 from agents.schema import AgentMessage, AgentStatusCode
-from agents.task_run import TaskRun
-from agents.task_types import Budget, Entity, StatusCode, TaskResult
+from agents.task_run import RunLimits, TaskRun
+from agents.task_types import Budget, Entity, StatusCode, TaskConfig, TaskResult
 
 DoneRule = Callable[[AgentMessage], bool] | str
 UserResponder = Callable[[AgentMessage | None], str | Awaitable[str | None] | None]
@@ -54,12 +54,20 @@ class Task(AsyncAgent):
         sub_tasks: Iterable[Task] = (),
         round_robin: bool = False,
         gen_params: dict[str, Any] | None = None,
+        llm_delegate: bool = False,
+        restart: bool = True,
+        erase_substeps: bool = False,
+        allow_null_result: bool = False,
+        config: TaskConfig | None = None,
     ) -> None:
         if not isinstance(agent, BaseAgent):
             raise TypeError(f"{type(agent).__name__} is not an agent")
         if max_turns is not None and max_turns < 1:
             raise ValueError("max_turns must be at least 1")
-        if max_stalled_steps < 1 or loop_repeats < 2 or max_cycle_len < 1:
+        if config is not None:  # langroid's loop settings
+            max_cycle_len = config.inf_loop_cycle_len
+            loop_repeats = max(2, config.inf_loop_wait_factor)
+        if max_stalled_steps < 1 or loop_repeats < 2 or max_cycle_len < (0 if config else 1):
             raise ValueError("max_stalled_steps, max_cycle_len >= 1 and loop_repeats >= 2")
         super().__init__(memory=None, name=name or agent.name)
         if "." in self.name:
@@ -80,6 +88,11 @@ class Task(AsyncAgent):
         self.max_cycle_len = max_cycle_len
         self.round_robin = round_robin  # sub-tasks take turns (else the first that answers)
         self.gen_params = dict(gen_params or {})  # with every model call of this task
+        self.llm_delegate = llm_delegate  # the model leads (single_round: its answer is asked)
+        self.restart = restart  # a top-level run starts with the agent's memory reset
+        self.erase_substeps = erase_substeps  # forget the exchanges with sub-tasks at the end
+        self.allow_null_result = allow_null_result  # a step without answer: NO_ANSWER instead
+        self.config = config if config is not None else TaskConfig()
         self.sub_tasks: dict[str, Task] = {}
         self._killed = False
         for other in more_agents:
@@ -141,37 +154,90 @@ class Task(AsyncAgent):
         for sub in self.sub_tasks.values():
             sub.kill()
 
+    #: Sessions whose runs were killed by ``kill_session`` (cleared when a run of it starts).
+    _killed_sessions: ClassVar[set[Any]] = set()
+
+    @classmethod
+    def kill_session(cls, session_id: SessionId = "") -> None:
+        """langroid's ``Task.kill_session``: every task running in ``session_id`` ends with
+        ``KILL`` at its next chunk."""
+        cls._killed_sessions.add(session_id)
+
+    @classmethod
+    def session_killed(cls, session_id: SessionId) -> bool:
+        """Whether ``kill_session(session_id)`` was called since a run of it started."""
+        return session_id in cls._killed_sessions
+
     def _revive(self) -> None:
         self._killed = False
         for sub in self.sub_tasks.values():
             sub._revive()
 
     # -- running -------------------------------------------------------------------------------
+    async def _stream(
+        self, *message: Any, session_id: SessionId = 0, **kwargs: Any
+    ) -> AsyncIterator[AgentMessage]:
+        """A run; a top-level one first resets the agent's memory of the session (``restart``,
+        or ``config.restart_as_subtask`` for a sub-task's) and clears ``kill_session``."""
+        caller = kwargs.get("caller")
+        if kwargs.pop("allow_restart", True) and (
+            (self.restart and caller is None)
+            or (self.config.restart_as_subtask and caller is not None)
+        ):
+            self.agent.reset(session_id)
+        if caller is None:
+            Task._killed_sessions.discard(session_id)
+        async for chunk in super()._stream(*message, session_id=session_id, **kwargs):
+            yield chunk
+
     async def forward(
         self,
         *message: AgentMessage,
         session_id: SessionId = 0,
         turns: int | None = None,
+        caller: Task | None = None,
+        max_cost: float = 0,
+        max_tokens: int = 0,
         **kwargs: Any,
     ) -> Any:
         """Steps until a rule fires; streams every message, the last carrying the status."""
         self._revive()
+        limits = RunLimits(max_cost=max_cost, max_tokens=max_tokens)
+        if max_cost > 0 and not limits.priced(self):
+            raise ValueError(
+                "max_cost needs prices: Budget(prompt_cost_per_1k=..., completion_cost_per_1k=...)"
+                " on the task, or chat_cost_per_1k_tokens on its model"
+            )
+        turns = None if turns is not None and turns <= 0 else turns  # langroid: -1 = no limit
         with usage_scope() as usage:
-            run = TaskRun(self, session_id, turns, usage, kwargs)
+            run = TaskRun(self, session_id, turns, usage, kwargs, caller, limits)
             async for chunk in run.steps(message[-1] if message else None):
                 yield chunk
 
     async def run_async(
         self,
         message: AgentMessage | str | None = None,
-        turns: int | None = None,
+        turns: int | None = -1,
+        caller: Task | None = None,
+        max_cost: float = 0,
+        max_tokens: int = 0,
         session_id: SessionId = 0,
+        allow_restart: bool = True,
         **kwargs: Any,
     ) -> TaskResult:
-        """Run to the end; the result says why it ended and holds every message."""
+        """Run to the end; the result says why it ended and holds every message.
+
+        langroid's arguments: ``turns`` (-1: no limit but ``max_turns``), ``max_cost`` and
+        ``max_tokens`` (0: none; the run ends ``MAX_COST`` / ``MAX_TOKENS`` once its usage,
+        sub-tasks' included, is past them), ``allow_restart``. Other keyword arguments go to
+        the model calls."""
         messages: list[AgentMessage] = []
         inputs = [] if message is None else [message]
-        async for chunk in self._stream(*inputs, session_id=session_id, turns=turns, **kwargs):
+        stream = self._stream(
+            *inputs, session_id=session_id, turns=turns, caller=caller, max_cost=max_cost,
+            max_tokens=max_tokens, allow_restart=allow_restart, **kwargs,
+        )  # fmt: skip
+        async for chunk in stream:
             if chunk.stream_state == AgentStatusCode.END:
                 messages.append(chunk)
         return result_of(messages)
@@ -179,14 +245,22 @@ class Task(AsyncAgent):
     def run(
         self,
         message: AgentMessage | str | None = None,
-        turns: int | None = None,
+        turns: int | None = -1,
+        caller: Task | None = None,
+        max_cost: float = 0,
+        max_tokens: int = 0,
         session_id: SessionId = 0,
+        allow_restart: bool = True,
         **kwargs: Any,
     ) -> TaskResult:
         """``run_async`` from sync code."""
         from agents.utils import run_sync
 
-        return run_sync(self.run_async(message, turns=turns, session_id=session_id, **kwargs))
+        return run_sync(
+            self.run_async(
+                message, turns, caller, max_cost, max_tokens, session_id, allow_restart, **kwargs
+            )
+        )
 
 
 def result_of(messages: list[AgentMessage]) -> TaskResult:
@@ -248,6 +322,75 @@ def run_batch(
     return run_sync(run_batch_async(task, inputs, concurrency=concurrency, turns=turns))
 
 
+_NO_RESULT = (StatusCode.STALLED, StatusCode.MAX_TURNS, StatusCode.INF_LOOP, StatusCode.ERROR)
+
+
+async def run_batch_tasks_async(
+    task: Task,
+    items: Sequence[Any],
+    input_map: Callable[[Any], AgentMessage | str] = str,
+    output_map: Callable[[TaskResult | None], Any] = lambda x: x,
+    stop_on_first_result: bool = False,
+    sequential: bool = True,
+    batch_size: int | None = None,
+    turns: int = -1,
+    max_cost: float = 0.0,
+    max_tokens: int = 0,
+) -> list[Any]:
+    """langroid's ``run_batch_tasks``: a clone of ``task`` per item (each in its own session),
+    ``input_map(item)`` its message, ``output_map(result)`` its entry (the result is None
+    when the run ended without one: STALLED, MAX_TURNS, INF_LOOP). ``sequential``: one at a
+    time (langroid's default), else ``batch_size`` at once (None: all). An exception
+    propagates. ``stop_on_first_result``: once an entry is not None, the rest are None."""
+    inputs = [input_map(item) for item in items]
+    out: list[Any] = [None] * len(inputs)
+    size = 1 if sequential else (batch_size or max(1, len(inputs)))
+
+    async def one(index: int) -> Any:
+        clone, session = task.clone(index), f"batch-{index}"
+        try:
+            result = await clone.run_async(
+                inputs[index], turns=turns, max_cost=max_cost, max_tokens=max_tokens,
+                session_id=session,
+            )  # fmt: skip
+        finally:
+            clone.reset(session, recursive=True)
+            clone.agent.reset(session)
+        return output_map(None if result.status in _NO_RESULT else result)
+
+    for start in range(0, len(inputs), size):
+        chunk = range(start, min(start + size, len(inputs)))
+        for index, value in zip(chunk, await asyncio.gather(*(one(i) for i in chunk)), strict=True):
+            out[index] = value
+        if stop_on_first_result and any(v is not None for v in out):
+            first = next(i for i, v in enumerate(out) if v is not None)
+            return [v if i == first else None for i, v in enumerate(out)]
+    return out
+
+
+def run_batch_tasks(
+    task: Task,
+    items: Sequence[Any],
+    input_map: Callable[[Any], AgentMessage | str] = str,
+    output_map: Callable[[TaskResult | None], Any] = lambda x: x,
+    stop_on_first_result: bool = False,
+    sequential: bool = True,
+    batch_size: int | None = None,
+    turns: int = -1,
+    max_cost: float = 0.0,
+    max_tokens: int = 0,
+) -> list[Any]:
+    """``run_batch_tasks_async`` from sync code (langroid's ``run_batch_tasks``)."""
+    from agents.utils import run_sync
+
+    return run_sync(
+        run_batch_tasks_async(
+            task, items, input_map, output_map, stop_on_first_result, sequential, batch_size,
+            turns, max_cost, max_tokens,
+        )
+    )  # fmt: skip
+
+
 #: The async and sync fronts are one class (``run`` is sync, ``run_async`` / ``await task()``).
 AsyncTask = Task
 
@@ -261,4 +404,6 @@ __all__ = [
     "TaskResult",
     "run_batch",
     "run_batch_async",
+    "run_batch_tasks",
+    "run_batch_tasks_async",
 ]

@@ -19,9 +19,42 @@ class StatusCode(StrEnum):
     STALLED = "STALLED"  # ``max_stalled_steps`` steps in a row had no response
     INF_LOOP = "INF_LOOP"  # the same cycle of messages kept repeating
     BUDGET = "BUDGET"  # the token or cost budget was spent
+    MAX_COST = "MAX_COST"  # ``run(max_cost=...)`` was exceeded
+    MAX_TOKENS = "MAX_TOKENS"  # ``run(max_tokens=...)`` was exceeded
     KILL = "KILL"  # ``task.kill()`` was called
     USER_QUIT = "USER_QUIT"  # the human responder typed q / quit / x / exit
     ERROR = "ERROR"  # the run raised (``run_batch`` reports it per item)
+
+
+# langroid's string signals (langroid.utils.constants), recognized in replies unless
+# ``TaskConfig(recognize_string_signals=False)``.
+NO_ANSWER = "DO-NOT-KNOW"  # "I have no answer": another responder may answer instead
+DONE = "DONE"  # the task is done; the result is the reply without the word
+PASS = "__PASS__"  # pass the pending message on to the next responder
+PASS_TO = PASS + ":"  # ``__PASS__:name``: pass it to ``name``
+SEND_TO = "__SEND__:"  # ``__SEND__:name text``: send ``text`` to ``name``
+AT = "|@|"  # the recommended ``TaskConfig.addressing_prefix``
+
+
+@dataclass
+class TaskConfig:
+    """langroid's ``TaskConfig``: a task's settings beyond its constructor's.
+
+    ``inf_loop_cycle_len`` (0: no loop detection) is the longest repeating cycle of messages
+    looked for, and ``inf_loop_wait_factor`` how many times it must repeat (at least 2);
+    ``restart_as_subtask``: reset the agent's memory on every run as a sub-task too;
+    ``addressing_prefix`` (e.g. ``"@"`` or ``AT``): ``@name text`` in a reply sends ``text``
+    to ``name``; ``recognize_string_signals``: ``DONE``, ``PASS``, ``SEND_TO``, ``NO_ANSWER``
+    in replies act; ``done_if_tool``: the task is done when the model calls a tool.
+    """
+
+    inf_loop_cycle_len: int = 10
+    inf_loop_dominance_factor: float = 1.5  # accepted for langroid programs; not used
+    inf_loop_wait_factor: int = 5
+    restart_as_subtask: bool = False
+    addressing_prefix: str = ""
+    recognize_string_signals: bool = True
+    done_if_tool: bool = False
 
 
 class Entity:
@@ -103,4 +136,18 @@ def result_info(
     }
 
 
-__all__ = ["Budget", "Entity", "StatusCode", "TaskResult", "repeating_cycle", "result_info"]
+__all__ = [
+    "AT",
+    "DONE",
+    "NO_ANSWER",
+    "PASS",
+    "PASS_TO",
+    "SEND_TO",
+    "Budget",
+    "Entity",
+    "StatusCode",
+    "TaskConfig",
+    "TaskResult",
+    "repeating_cycle",
+    "result_info",
+]

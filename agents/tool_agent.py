@@ -30,6 +30,7 @@ from agents.actions.approval import (
 from agents.agent import Agent, AsyncAgent, BaseAgent
 from agents.aggregator import DefaultAggregator, SystemInstruction, ToolAggregator
 from agents.hooks import Hook, action_return_text, tool_call
+from agents.langroid_tools import LangroidTools
 from agents.llms.base import AsyncBaseLLM
 from agents.memory import Memory, MemorySpec, SessionId
 from agents.native import NativeToolFormat
@@ -41,6 +42,7 @@ from agents.schema import (
     AgentMessage,
     AgentStatusCode,
 )
+from agents.tool_message import ToolMessage, ToolMessageAction
 
 _STREAM_ING = AgentStatusCode.STREAM_ING
 _END = AgentStatusCode.END
@@ -68,6 +70,7 @@ class _ToolLoop(BaseAgent):
         description: str | None = None,
         hooks: Iterable[Hook] | Hook | None = None,
         code_parameter: str = "command",
+        handle_llm_no_tool: Any = None,
     ) -> None:
         super().__init__(
             llm=llm,
@@ -86,6 +89,15 @@ class _ToolLoop(BaseAgent):
         self.executor = executor
         self.max_turn = max_turn
         self.code_parameter = code_parameter
+        #: langroid: a reply without a tool call (in a Task) gets this answer from the agent:
+        #: a string (a reminder), a callable of the message, or "done" (the task ends with it).
+        self.handle_llm_no_tool = handle_llm_no_tool
+        self.langroid_tools = LangroidTools()
+        for action in getattr(executor, "actions", {}).values():
+            if isinstance(action, ToolMessageAction):
+                self.langroid_tools.add(action.tool)
+                if action.handler is None:
+                    action.handler = self._method_handler(action.tool.name())
         #: Calls waiting for a person, per session (the executor's approval hook said PAUSE).
         self.pending: dict[SessionId, PendingApproval] = {}
 
@@ -116,7 +128,7 @@ class _ToolLoop(BaseAgent):
                     yield chunk
             assert reply is not None
             parsed = reply.formatted
-            if turn == self.max_turn - 1 or not _is_call(parsed):
+            if turn == self.max_turn - 1 or not self.handles(parsed) or not _is_call(parsed):
                 yield reply  # the answer (or the last word when turns run out)
                 return
             code = parsed["status"] == 1 and isinstance(parsed["action"], str)
@@ -239,24 +251,147 @@ class _ToolLoop(BaseAgent):
             await prepare(session_id)
         llm_kwargs = getattr(self.output_format, "llm_kwargs", None)
         if llm_kwargs is not None:  # native tool calls: the tools go with every model call
-            kwargs = {**llm_kwargs(self.executor), **kwargs}
+            kwargs = {**self._native_kwargs(llm_kwargs(self.executor)), **kwargs}
         async for chunk in self._generate(message, session_id, **kwargs):
             if chunk.stream_state == _STREAM_ING and isinstance(chunk.content, str):
                 state = call_start_state(self.output_format, chunk.content)
                 if state is not None:  # the call is being written (lagent's stream states)
                     chunk.stream_state = state
+            elif chunk.stream_state == _END:
+                self._recognize(chunk)
             yield chunk
 
+    # -- langroid's tools -------------------------------------------------------------------
+    def system_instruction(self) -> SystemInstruction | None:
+        """The agent's system prompt, then what langroid tells the model about its usable
+        ``ToolMessage`` tools (descriptions, JSON Schemas, examples; see agents.langroid_tools)."""
+        native = getattr(self.output_format, "accepts_tool_calls", False)
+        extra = self.langroid_tools.system_message(native=native)
+        template = self.template
+        if not extra:
+            return template
+        if not template:
+            return extra
+        if isinstance(template, str):
+            return template + "\n\n" + extra
+        items = [template] if isinstance(template, dict) else list(template)
+        return [*items, {"role": "system", "content": extra}]
+
+    def _native_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        tools = self.langroid_tools
+        if not tools.llm_tools_map:
+            return kwargs
+        kwargs = {**kwargs, "tools": tools.native_tools(list(kwargs.get("tools") or []))}
+        if not kwargs["tools"]:
+            kwargs.pop("tools")
+            kwargs.pop("tool_choice", None)
+        elif tools.force is not None:
+            kwargs["tool_choice"] = {"type": "function", "function": {"name": tools.force}}
+        return kwargs
+
+    def _recognize(self, reply: AgentMessage) -> None:
+        """A reply without a call in the agent's format may hold langroid's bare JSON call
+        (``{"request": ...}``, ``TOOL:`` before it or not): it becomes the reply's call."""
+        parsed = reply.formatted
+        if not self.langroid_tools.llm_tools_map or not isinstance(reply.content, str):
+            return
+        if parsed is not None and not (isinstance(parsed, dict) and parsed.get("status") == 0):
+            return
+        found = self.langroid_tools.recognize(reply.content)
+        if found is None:
+            return
+        thought, call = found
+        tool_type = getattr(self.output_format, "tool_type", None) or "plugin"
+        reply.formatted = {"tool_type": tool_type, "thought": thought, "action": call, "status": 1}
+
+    def handles(self, parsed: Any) -> bool:
+        """Whether a parsed call names a tool this agent runs (a ``ToolMessage`` it knows but
+        does not handle is another agent's to answer)."""
+        if not _is_call(parsed):
+            return False
+        action = parsed.get("action")
+        name = None
+        if isinstance(action, dict):
+            name = action.get("request", action.get("name"))
+        tools = self.langroid_tools
+        return not (name in tools.llm_tools_map and name not in tools.llm_tools_handled)
+
+    def handle_message_fallback(self, message: AgentMessage) -> Any:
+        """langroid's fallback for a model reply with no tool this agent handles: None (no
+        answer; the next responder goes), a string or message (the agent's answer), or
+        ``"done"`` (the task ends with the reply). Default: ``handle_llm_no_tool``."""
+        option = self.handle_llm_no_tool
+        if option is None:
+            return None
+        return option(message) if callable(option) else option
+
     def wants_tool(self, reply: AgentMessage) -> bool:
-        """Whether ``reply`` (a model turn's) is a tool call, well-formed or not."""
-        return _is_call(reply.formatted)
+        """Whether ``reply`` (a model turn's) is a tool call this agent answers, well-formed
+        or not."""
+        return self.handles(reply.formatted)
 
-    def enable_message(self, *tools: Any) -> None:
-        """Add tools (``ToolMessage`` classes or ``BaseAction`` objects), langroid's way."""
+    def enable_message(
+        self,
+        message_class: Any = None,
+        use: bool = True,
+        handle: bool = True,
+        force: bool = False,
+        require_recipient: bool = False,
+        include_defaults: bool = True,
+    ) -> None:
+        """langroid's ``enable_message``: a ``ToolMessage`` class (or a list of them; None: every
+        known one) that the model may ``use`` (it is described to it) and the agent will
+        ``handle`` (run). ``force``: the model must call it (native tool calls);
+        ``require_recipient``: calls must name a ``recipient``. ``BaseAction`` objects are
+        added as tools as they are."""
+        if isinstance(message_class, list | tuple):
+            for item in message_class:
+                self.enable_message(item, use, handle, force, require_recipient, include_defaults)
+            return
+        if isinstance(use, type) or isinstance(handle, type):
+            raise TypeError("pass several tools as a list: enable_message([Tool1, Tool2])")
+        if message_class is None:
+            for tool in list(self.langroid_tools.llm_tools_map.values()):
+                self.enable_message(tool, use, handle, False, False, include_defaults)
+            return
+        if isinstance(message_class, type) and issubclass(message_class, ToolMessage):
+            tool = message_class.require_recipient() if require_recipient else message_class
+            self.langroid_tools.add(tool, use, handle, force, include_defaults)
+            if handle:
+                self._add_actions([ToolMessageAction(tool, self._method_handler(tool.name()))])
+            elif self.executor is not None and tool.name() in self.executor:
+                del self.executor[tool.name()]
+            return
+        self._add_actions([message_class])
+
+    def _method_handler(self, request: str) -> Any:
+        """langroid's handler on the agent: a method named after the tool's ``request``,
+        defined by the agent's own class (never one of the library's methods)."""
+        for klass in type(self).__mro__:
+            if klass.__module__.startswith("agents.") or klass is object:
+                continue
+            if callable(vars(klass).get(request)):
+                return getattr(self, request)
+        return None
+
+    def disable_message_handling(self, message_class: type[ToolMessage] | None = None) -> None:
+        """The agent stops running this tool (every known one: None); the model may still use it."""
+        tools = self.langroid_tools
+        known = [message_class] if message_class is not None else tools.llm_tools_map.values()
+        for tool in list(known):
+            use = tool.name() in tools.llm_tools_usable
+            self.enable_message(tool, use=use, handle=False)
+
+    def disable_message_use(self, message_class: type[ToolMessage] | None = None) -> None:
+        """The model is no longer told about this tool (every known one: None)."""
+        tools = self.langroid_tools
+        known = [message_class] if message_class is not None else tools.llm_tools_map.values()
+        for tool in list(known):
+            self.enable_message(tool, use=False, handle=tool.name() in tools.llm_tools_handled)
+
+    def _add_actions(self, actions: list[Any]) -> None:
         from agents.actions.executor import AsyncActionExecutor
-        from agents.tool_message import as_actions
 
-        actions = as_actions(list(tools))
         if self.executor is None:
             self.executor = AsyncActionExecutor(actions)
             return

@@ -24,16 +24,32 @@ or in langroid's flat form (``{"request": "square", "number": 3}``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+from random import choice
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
+from pydantic_core import PydanticUndefined
 
 from agents.actions.base import PARAMETER_DESCRIPTION, BaseAction
 from agents.actions.signature import _LAGENT_TYPES, ApiSpec, _strip_titles
 from agents.schema import ActionReturn, ActionStatusCode, ActionValidCode
 
 _META_FIELDS = ("request", "purpose")
+_REQUEST_REMINDER = """
+IMPORTANT: When using this or any other tool/function, you MUST include a
+`request` field and set it equal to the FUNCTION/TOOL NAME you intend to use.
+"""
+_GROUP_FORMAT = """
+=== ALL AVAILABLE TOOLS and THEIR FORMAT INSTRUCTIONS ===
+You have access to the following TOOLS to accomplish your task:
+
+{format_instructions}
+
+When one of the above TOOLs is applicable, you must express your
+request as "TOOL:" followed by the request in the above format.
+"""
 
 
 def finish(content: Any) -> ActionReturn:
@@ -84,15 +100,95 @@ class ToolMessage(BaseModel):
         """This call's arguments as JSON values."""
         return self.model_dump(mode="json", exclude=set(_META_FIELDS))
 
+    # -- langroid's prompt pieces (the system message names each usable tool this way) -------
+    @classmethod
+    def name(cls) -> str:
+        """The tool's name (langroid's ``name()``): ``request``'s default."""
+        return cls.default_request()
+
+    @classmethod
+    def default_value(cls, f: str) -> Any:
+        """The default of field ``f`` (None when it has none or there is no such field)."""
+        field = cls.model_fields.get(f)
+        if field is None or field.default is PydanticUndefined:
+            return None
+        return field.default
+
     @classmethod
     def instructions(cls) -> str:
-        """The purpose, then the examples as calls in the agent's JSON tool format."""
-        lines = [str(cls.model_fields["purpose"].default or "")]
-        for example in cls.examples():
-            thought, call = example if isinstance(example, tuple) else ("", example)
-            as_json = json.dumps({"name": cls.default_request(), "parameters": call.arguments()})
-            lines.append(f"Example: {thought + ' -> ' if thought else ''}{as_json}")
-        return "\n".join(line for line in lines if line)
+        """Guidance on using the tool, beyond its purpose (langroid's hook; default none)."""
+        return ""
+
+    @classmethod
+    def langroid_tools_instructions(cls) -> str:
+        """What every prompt-based tool call must carry (langroid's text)."""
+        return _REQUEST_REMINDER
+
+    @classmethod
+    def usage_examples(cls, random: bool = False) -> str:
+        """The examples as langroid shows them: ``EXAMPLE i: (THOUGHT: ...) => {json}``."""
+        examples = cls.examples()
+        if not examples:
+            return ""
+        if random:
+            examples = [choice(examples)]
+        return "\n\n".join(
+            f"EXAMPLE {i}: (THOUGHT: {ex[0]}) => \n{ex[1].format_example()}"
+            if isinstance(ex, tuple)
+            else f"EXAMPLE {i}:\n {ex.format_example()}"
+            for i, ex in enumerate(examples, 1)
+        )
+
+    def format_example(self) -> str:
+        """This call as the JSON the model writes (``request`` first, no ``purpose``)."""
+        return self.to_json()
+
+    def to_json(self) -> str:
+        """``{"request": ..., <fields>}`` indented, as langroid writes a tool call."""
+        return json.dumps({"request": self.request or self.name(), **self.arguments()}, indent=4)
+
+    @classmethod
+    def llm_function_schema(cls, request: bool = False, defaults: bool = True) -> dict[str, Any]:
+        """``{"name", "description", "parameters"}``: the function spec (with ``request`` among
+        the parameters when ``request``, as prompt-based tool calls carry it)."""
+        parameters = cls.parameters()
+        props = parameters.setdefault("properties", {})
+        if not defaults:
+            parameters["properties"] = props = {
+                k: v for k, v in props.items() if v.get("default") is None
+            }
+            parameters["required"] = [r for r in parameters["required"] if r in props]
+        if request:
+            parameters["properties"] = {
+                "request": {"default": cls.name(), "type": "string"},
+                **props,
+            }
+            parameters["required"] = [*sorted(parameters["required"]), "request"]
+        return {
+            "name": cls.name(),
+            "description": cls.default_value("purpose") or f"Tool for {cls.name()}",
+            "parameters": parameters,
+        }
+
+    @classmethod
+    def format_instructions(cls, tool: bool = False) -> str:
+        """``TOOL: / PURPOSE: / JSON FORMAT: / EXAMPLES:``, langroid's description of a tool."""
+        schema = json.dumps(cls.llm_function_schema(request=True)["parameters"], indent=4)
+        examples = "EXAMPLES:\n" + cls.usage_examples() if cls.examples() else ""
+        return (
+            f"TOOL: {cls.name()}\nPURPOSE: {cls.default_value('purpose')} \n"
+            f"JSON FORMAT: {schema}\n{examples}\n"
+        )
+
+    @staticmethod
+    def group_format_instructions() -> str:
+        """The frame of the tools' format instructions (``{format_instructions}`` inside)."""
+        return _GROUP_FORMAT
+
+    @classmethod
+    def require_recipient(cls) -> type[ToolMessage]:
+        """This tool with a required ``recipient`` field (langroid's ``require_recipient``)."""
+        return create_model(f"{cls.__name__}WithRecipient", __base__=cls, recipient=(str, ...))
 
     @classmethod
     def as_action(cls) -> ToolMessageAction:
@@ -122,13 +218,58 @@ class DoneTool(ToolMessage):
         return finish(self.content)
 
 
+class RecipientTool(ToolMessage):
+    """langroid's ``RecipientTool``: the model sends ``content`` to ``intended_recipient`` (a
+    sub-task's name, or the task's caller). A ``Task`` delivers it; ``create(recipients)``
+    restricts the names."""
+
+    request: str = "recipient_message"
+    purpose: str = "To send message <content> to a specific <intended_recipient>."
+    intended_recipient: str
+    content: str
+    allowed_recipients: ClassVar[list[str]] = []
+    default_recipient: ClassVar[str] = ""
+    handle_in_thread: ClassVar[bool] = False
+
+    @classmethod
+    def create(cls, recipients: list[str], default: str = "") -> type[RecipientTool]:
+        """A ``RecipientTool`` that names only ``recipients``."""
+
+        class RecipientToolRestricted(cls):  # type: ignore[valid-type,misc]
+            allowed_recipients: ClassVar[list[str]] = list(recipients)
+            default_recipient: ClassVar[str] = default
+
+        return RecipientToolRestricted
+
+    @classmethod
+    def instructions(cls) -> str:
+        recipients = ", ".join(cls.allowed_recipients)
+        target = (
+            f"to one of the following:\n{recipients},"
+            if recipients
+            else "to the name of the recipient,"
+        )
+        return (
+            "Since you will be talking to multiple recipients, you must clarify who your "
+            f"intended recipient is, using the `{cls.default_request()}` tool/function-call, "
+            f"by setting the 'intended_recipient' field {target} and setting the 'content' "
+            "field to your message."
+        )
+
+    def handle(self) -> str:
+        """Outside a task there is nobody to route to: the content is the result."""
+        return self.content
+
+
 class ToolMessageAction(BaseAction):
     """A ``ToolMessage`` class as a tool: validates with the model, calls its handler."""
 
     sync_in_thread = False
 
-    def __init__(self, tool: type[ToolMessage]) -> None:
+    def __init__(self, tool: type[ToolMessage], handler: Any = None) -> None:
         self.tool = tool
+        #: langroid's agent-method handler (``def square(self, msg: SquareTool)``), if any.
+        self.handler = handler
         parameters = tool.parameters()
         lagent_params = [
             {
@@ -138,7 +279,8 @@ class ToolMessageAction(BaseAction):
             }
             for name, prop in parameters.get("properties", {}).items()
         ]
-        description = tool.instructions()
+        purpose = str(tool.default_value("purpose") or "")
+        description = "\n".join(x for x in (purpose, tool.instructions()) if x)
         self.__tool_apis__ = {  # type: ignore[misc]  # this instance's one API, described by the model's fields
             "run": ApiSpec(
                 name="run",
@@ -164,7 +306,14 @@ class ToolMessageAction(BaseAction):
     async def run(self, **arguments: Any) -> Any:
         """Build the message from validated arguments and hand it to its handler."""
         message = self.tool.model_validate(arguments)
-        outputs = await message.handle_async()
+        if self.handler is not None:
+            outputs = self.handler(message)
+            if inspect.isawaitable(outputs):
+                outputs = await outputs
+        else:
+            outputs = await message.handle_async()
+        if isinstance(outputs, DoneTool):  # langroid: a handler answering DoneTool ends the task
+            return finish(outputs.content)
         if isinstance(outputs, ToolMessage):  # a handler may answer with another tool call
             return json.dumps({"request": outputs.request, **outputs.arguments()})
         return outputs
@@ -194,4 +343,4 @@ def as_actions(tools: list[Any]) -> list[Any]:
     ]
 
 
-__all__ = ["DoneTool", "ToolMessage", "ToolMessageAction", "as_actions", "finish"]
+__all__ = ["DoneTool", "RecipientTool", "ToolMessage", "ToolMessageAction", "as_actions", "finish"]

@@ -20,7 +20,6 @@ from starlette.exceptions import HTTPException
 
 from app.runtime.runs import RunManager
 from app.services.auth import Principal
-from app.settings import Settings
 from app.state import AppState
 
 
@@ -37,14 +36,6 @@ async def get_state(request: Request) -> AppState:
 
 
 StateDep = Annotated[AppState, Depends(get_state)]
-
-
-async def get_settings_dep(state: StateDep) -> Settings:
-    """The app's settings."""
-    return state.settings
-
-
-SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
 async def get_db(state: StateDep) -> AsyncIterator[AsyncSession]:

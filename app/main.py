@@ -16,7 +16,16 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from agents.actions.mcp_conn import CONNECTIONS as mcp_connections
 from app.a2a.routes import mount_a2a
-from app.api import agents, health, openai, playground, runs, sessions
+from app.api import (
+    agents,
+    conversations,
+    health,
+    openai,
+    playground,
+    responses,
+    runs,
+    sessions,
+)
 from app.api.error_handlers import install_error_handlers
 from app.db.engine import create_engine, create_sessionmaker
 from app.middleware import BodyLimitMiddleware
@@ -25,7 +34,10 @@ from app.openapi import install as install_openapi
 from app.ops.tenant_usage import TenantUsage
 from app.outbound import OutboundPolicy
 from app.runtime.builders import default_registry
+from app.runtime.kernels import FleetKernelPool
+from app.runtime.liveness import Liveness, new_replica_id
 from app.runtime.runs import RunManager
+from app.runtime.store.fleet import create_fleet_store
 from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
 from app.services.messenger import SendMessage
@@ -47,9 +59,10 @@ def _new_sandbox(state: AppState) -> None:
     if not state.settings.sandbox_enabled:
         return
     try:
-        from agents.sandbox import KernelPool, SandboxConfig
+        from agents.sandbox import SandboxConfig
+        from app.runtime.kernels import FleetKernelPool
 
-        state.kernel_pool = KernelPool(SandboxConfig.from_env())
+        state.kernel_pool = FleetKernelPool(SandboxConfig.from_env(), state.replica)
     except Exception as exc:  # the service still serves agents without tools
         log.exception("sandbox unavailable")
         state.extras["sandbox_error"] = str(exc)
@@ -69,12 +82,14 @@ async def _start_sandbox(state: AppState) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Build the db engine, models, registry, kernel pool and run manager; close them after."""
     settings: Settings = app.state.settings
+    replica = new_replica_id(settings.replica_name)
     engine = create_engine(
         settings.database_url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         connect_timeout_s=settings.db_connect_timeout_s,
         ping_idle_s=settings.db_ping_idle_s,
+        replica=replica,
     )
     sessionmaker = create_sessionmaker(engine)
     anonymous = allow_anonymous(settings)
@@ -90,6 +105,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             sessionmaker, settings.tenant_budget_ttl_s, settings.usage_flush_s
         ),
         turn_sessions=session_cache(settings.session_cache_ttl_s),
+        replica=replica,
     )
     async with sessionmaker() as db, db.begin():
         for tenant in {t for t, _ in settings.api_keys} | (
@@ -113,9 +129,24 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     # Needs the run manager: agents of one session message another session's agent.
     state.registry.add_tool("SendMessage", partial(SendMessage, state))
+    state.runs.admissions.draining = state.drain.active
+    fleet = create_fleet_store(engine, sessionmaker, state.runs.writes)
+    if isinstance(state.kernel_pool, FleetKernelPool):
+        state.kernel_pool.fleet = fleet
     recovered = await state.runs.start()
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)
+    liveness = Liveness(
+        fleet,
+        state.runs.orphans,
+        replica,
+        state.drain.active,
+        settings.heartbeat_s,
+        settings.replica_ttl_s,
+    )
+    state.liveness = liveness
+    state.runs.admissions.recovering = liveness.recovering  # 503 instead of 409 meanwhile
+    await liveness.start()  # its heartbeat; the runs of dead replicas are closed
     from app.services.approvals import ApprovalTimeouts
 
     timeouts = ApprovalTimeouts(state, settings.approval_check_s)  # runs waiting for a person
@@ -134,6 +165,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await timeouts.aclose()
         await state.tenant_usage.aclose()  # batched tenant usage, before the engine closes
         await state.runs.aclose(settings.shutdown_grace_s)
+        await liveness.aclose()
         await mcp_connections.aclose()  # the sessions' MCP servers (stdio ones are sandboxed)
         sandbox.cancel()
         with contextlib.suppress(BaseException):
@@ -162,7 +194,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app, anonymous=allow_anonymous(settings))
     # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
-    for router in (openai.router, agents.router, sessions.router, runs.router, health.router):
+    for router in (
+        openai.router,
+        responses.router,
+        agents.router,
+        sessions.router,
+        runs.router,
+        conversations.router,
+        health.router,
+    ):
         app.include_router(router)
     app.include_router(playground.router)  # the page at / (app/static)
     mount_a2a(app)

@@ -92,6 +92,49 @@ _CHAT: Codes = {
     ),
 }
 
+# The Responses API (docs/responses.md): OpenAI's statuses (400 for any invalid request).
+_RESPONSE_404: Codes = {404: ("response_not_found",)}
+_CONVERSATION_404: Codes = {404: ("conversation_not_found",)}
+_INVALID_BODY = (
+    "invalid_json",
+    "invalid_body",
+    "invalid_value",
+    "missing_field",
+    "invalid_request",
+)
+_RESPONSES: dict[str, Codes] = {
+    "POST /v1/responses": {
+        400: (*_INVALID_BODY, "not_supported", "unknown_tool"),
+        404: ("model_not_found", "response_not_found", "conversation_not_found"),
+        409: ("session_busy", "run_not_waiting"),
+        429: ("budget_exceeded",),
+        503: ("model_not_ready", "engine_unavailable"),
+    },
+    "GET /v1/responses/{response_id}": {**_RESPONSE_404, 400: ("invalid_value",)},
+    "DELETE /v1/responses/{response_id}": _RESPONSE_404,
+    "POST /v1/responses/{response_id}/cancel": {
+        **_RESPONSE_404,
+        400: ("response_not_cancellable",),
+    },
+    "GET /v1/responses/{response_id}/input_items": {
+        **_RESPONSE_404,
+        400: ("invalid_value", "invalid_cursor", "invalid_request"),
+    },
+    "POST /v1/conversations": {400: _INVALID_BODY},
+    "GET /v1/conversations/{conversation_id}": _CONVERSATION_404,
+    "POST /v1/conversations/{conversation_id}": {**_CONVERSATION_404, 400: _INVALID_BODY},
+    "DELETE /v1/conversations/{conversation_id}": _CONVERSATION_404,
+    "GET /v1/conversations/{conversation_id}/items": {
+        **_CONVERSATION_404,
+        400: ("invalid_value", "invalid_cursor", "invalid_request"),
+    },
+    "POST /v1/conversations/{conversation_id}/items": {
+        **_CONVERSATION_404,
+        400: _INVALID_BODY,
+        409: ("session_busy",),
+    },
+}
+
 # What each operation answers beyond the rules (``_V1``, ``_BODY``, ``_PATH``, ``_QUERY``).
 EXTRA: dict[str, Codes] = {
     "GET /v1/models/{model_id}": {404: ("model_not_found",)},
@@ -116,24 +159,25 @@ EXTRA: dict[str, Codes] = {
         422: ("unknown_tool_call", "duplicate_decision", "missing_decision", "invalid_arguments"),
         503: ("model_not_ready",),
     },
+    **_RESPONSES,
 }
 _NAME = {"type": "string", "minLength": 1, "maxLength": NAME_MAX_LENGTH, "pattern": NAME_PATTERN}
 PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     "name": _NAME,  # an agent's name
     "session_id": _NAME,
-    "run_id": {"type": "string", "pattern": "^run_[0-9a-f]{32}$"},  # app.db.base.new_id
-    "model_id": {"type": "string", "minLength": 1},
-    "version": {
-        "type": "string",
-        "pattern": "^[1-9][0-9]{0,9}$",
-    },  # an agent's version number  # an agent's or a configured model's name
+    # app.db.base.new_id; a response's run is named resp_<K><R> (app.services.responses_ids)
+    "run_id": {"type": "string", "pattern": "^(run|resp)_[0-9a-f]{32}$"},
+    "model_id": {"type": "string", "minLength": 1},  # an agent's or a configured model's name
+    "version": {"type": "string", "pattern": "^[1-9][0-9]{0,9}$"},  # an agent's version number
+    "response_id": {"type": "string", "minLength": 1, "maxLength": 128},
+    "conversation_id": {"type": "string", "minLength": 1, "maxLength": 128},
 }
 
 # Bodies the service validates itself, beyond what the route declares.
 BODIES: dict[str, Any] = {"PUT /v1/sessions/{session_id}/memory": MemoryState}
 
 # Chat completions: FastAPI's 422 is answered as a 400 there (app.errors).
-_NO_422 = {"POST /v1/chat/completions"}
+_NO_422 = {"POST /v1/chat/completions", *_RESPONSES}
 
 
 def error_codes(label: str, operation: dict[str, Any]) -> dict[int, tuple[str, ...]]:

@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 # A DNS name (letters, digits, '-', '.', '_'; IDNs in their ASCII form) or an IP literal.
 _HOST = re.compile(r"[A-Za-z0-9._\-]+|[0-9A-Fa-f:.]+")
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 

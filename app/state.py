@@ -10,7 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from agents.agent import BaseAgent
 from app.cache import TTLCache
 from app.models.registry import ModelRegistry
+from app.ops.drain import Drain
 from app.ops.tenant_usage import TenantUsage
+from app.runtime.liveness import Liveness
 from app.runtime.registry import BuildContext, Registry, ServableAgent
 from app.runtime.runs import RunManager
 from app.runtime.store import Found
@@ -32,10 +34,13 @@ class AppState:
     auth: Authenticator
     agents: AgentDirectory  # each tenant's agents by name, cached (chat, /v1/models)
     tenant_usage: TenantUsage  # tenant budgets of stateless chat, usage batched
-    # Sessions looked up for turns (app.services.runs._look_up); (tenant, session id) -> Found.
+    # Sessions looked up for turns (app.services.turns._look_up); (tenant, session id) -> Found.
     turn_sessions: TTLCache[tuple[str, str], Found]
     runs: RunManager | None = None
     kernel_pool: Any | None = None
+    replica: str = ""  # this replica's id (app/runtime/liveness.py)
+    drain: Drain = field(default_factory=Drain)  # SIGTERM: no new turns, /readyz 503
+    liveness: Liveness | None = None  # heartbeat and the sweep of dead replicas' runs
     extras: dict[str, Any] = field(default_factory=dict)
 
     def build_agent(self, spec: AgentSpec, name: str | None = None) -> ServableAgent:

@@ -156,8 +156,8 @@ def run(opts: BenchOptions) -> BenchResult:
     if any(r["errors"] for r in result.rows):
         result.notes.append("Some targets answered non-2xx (errors column): figures are suspect.")
     result.notes.append(
-        f"generator {opts.generator}; {opts.rounds} alternating rounds of {opts.dur():.0f} s at "
-        f"{opts.connections} connections and {opts.dur(2.0):.0f} s at 1; responses targets "
+        f"generator {opts.generator}; {opts.rounds} alternating rounds of {opts.dur():g} s at "
+        f"{opts.connections} connections and {opts.dur(2.0):g} s at 1; responses targets "
         "send store: false except responses-stored."
     )
     return result

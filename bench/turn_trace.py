@@ -35,7 +35,7 @@ def install(path: str) -> None:
     import app.ops.instrument as instrument
     import app.runtime.events as events
     import app.runtime.runs as runs
-    import app.services.runs as services
+    import app.services.turns as services
     from app.ops.logging import run_id_var
 
     stamps: dict[str, dict[str, float]] = {}
@@ -65,7 +65,7 @@ def install(path: str) -> None:
                 run["tok"] = time.perf_counter()
             yield delta
 
-    async def traced_append(self: Any, type_: str, data: dict[str, Any]) -> Any:
+    async def traced_append(self: Any, type_: Any, data: dict[str, Any]) -> Any:
         if type_ == "message.delta":
             stamps.setdefault(self.run_id, {}).setdefault("delta", time.perf_counter())
         return await append(self, type_, data)

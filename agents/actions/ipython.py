@@ -78,7 +78,8 @@ class _SandboxedIPython(BaseAction):
         items: list[dict[str, Any]] = []
         text = self._trim(cell.output.rstrip())
         notes = [n for n in cell.notes if n not in text]
-        if cell.truncated or cell.status in ("timeout", "died"):
+        # A fresh kernel's notes say what was lost (the gateway adds one when it replaced one).
+        if cell.truncated or cell.status in ("timeout", "died") or cell.fresh:
             text = "\n".join(x for x in (text, *notes) if x)
         if text:
             items.append({"type": "text", "content": text})
@@ -95,6 +96,8 @@ class _SandboxedIPython(BaseAction):
             ret.errmsg = cell.error_summary() or "\n".join(cell.notes)
             if cell.status in ("timeout", "died") and cell.notes:
                 ret.errmsg = cell.notes[-1]
+            elif cell.fresh and notes:
+                ret.errmsg = "\n".join([ret.errmsg, *notes])
             ret.state = ActionStatusCode.API_ERROR
         return ret
 

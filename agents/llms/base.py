@@ -5,7 +5,8 @@ A backend overrides one of ``astream`` (deltas with usage and finish reason), ``
 to the output here, once, for every backend. Token usage goes to the ``usage_scope`` counter
 of the calling task, so a server can account a run's usage without threading it through agents;
 checks bound with ``call_guard`` run before every model call of the task (a server's token
-budgets), here in ``astream``, where every backend's generation starts.
+budgets), here in ``astream``, where every backend's generation starts; so is the system
+message of an ``instructions_scope`` (a server's per-turn instructions) added.
 """
 
 from __future__ import annotations
@@ -109,6 +110,41 @@ def call_guard(check: Callable[[], None]) -> Iterator[None]:
             pass
 
 
+_instructions: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "agents_instructions", default=None
+)
+
+
+@contextmanager
+def instructions_scope(text: str | None) -> Iterator[None]:
+    """Every model call made by this task (and tasks it starts) inside sees ``text`` as one
+    more system message, after the call's own leading system messages (a server's per-turn
+    instructions: never part of any memory). None or "": no change."""
+    token = _instructions.set(text or None)
+    try:
+        yield
+    finally:
+        try:
+            _instructions.reset(token)
+        except ValueError:  # closed from another context (an abandoned async generator)
+            pass
+
+
+def with_instructions(messages: Messages) -> Messages:
+    """``messages`` with the task's ``instructions_scope`` text inserted (a copy), or as is."""
+    text = _instructions.get()
+    if not text or not isinstance(messages, list):
+        return messages
+    at = 0
+    while (
+        at < len(messages)
+        and isinstance(messages[at], dict)
+        and messages[at].get("role") == "system"
+    ):
+        at += 1
+    return [*messages[:at], {"role": "system", "content": text}, *messages[at:]]
+
+
 DEFAULT_GEN_PARAMS: dict[str, Any] = {
     "max_new_tokens": 512,
     "top_p": 0.8,
@@ -193,6 +229,7 @@ class AsyncBaseLLM:
         The task's ``call_guard`` checks run first."""
         for check in _call_guards.get():
             check()
+        messages = with_instructions(messages)
         params = self.update_gen_params(**kwargs)
         stop = _StopWordFilter(params.get("stop_words") or [])
         finish: str | None = None

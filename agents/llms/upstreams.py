@@ -25,11 +25,13 @@ import contextvars
 import hashlib
 import itertools
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+log = logging.getLogger(__name__)
 ROUTINGS = ("session", "least_loaded", "round_robin")
 
 # The session (or any stable key) the current task's model calls belong to.
@@ -109,9 +111,13 @@ class UpstreamPool:
         upstream.failures += 1
         wait = min(self.max_backoff_s, self.backoff_s * 2 ** (upstream.failures - 1))
         upstream.down_until = now + wait
+        count = upstream.failures
+        log.warning("upstream %s failed (%d in a row): out for %.1f s", upstream.url, count, wait)
 
     def succeeded(self, upstream: Upstream) -> None:
         """``upstream`` answered: healthy again."""
+        if upstream.failures:
+            log.warning("upstream %s is back", upstream.url)
         upstream.failures = 0
         upstream.down_until = 0.0
 

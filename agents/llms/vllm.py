@@ -92,6 +92,8 @@ class _VllmCore(AsyncBaseLLM):
         extra: dict[str, Any] = {}
         if tools is not None and tools.mode in ("named", "required"):
             extra["structured_outputs"] = forced_call_schema(tools.vllm_request)
+        elif (answer_format := _answer_format(params.get("response_format"))) is not None:
+            extra["structured_outputs"] = answer_format
         sampling = sampling_params(params, **extra)
         counts: dict[int, int] = {}
         finish: dict[int, str | None] = {}
@@ -137,6 +139,19 @@ class _VllmCore(AsyncBaseLLM):
         choice: Any = params.get("tool_choice")
         name = str(choice["function"]["name"]) if mode == "named" else ""
         return ToolStream(mode, function_name=name, parser=parser, vllm_request=vllm_request)
+
+
+def _answer_format(fmt: Any) -> Any:
+    """An OpenAI ``response_format`` (``json_schema``, ``json_object``) as vLLM's structured
+    outputs (None: free text)."""
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_schema", "json_object"):
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if fmt["type"] == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    schema = (fmt.get("json_schema") or {}).get("schema") or {}
+    return StructuredOutputsParams(json=schema, disable_any_whitespace=True)
 
 
 def _content(deltas: list[dict[str, Any]]) -> str:

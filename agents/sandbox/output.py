@@ -29,6 +29,8 @@ class CellResult:
     truncated: bool = False
     notes: list[str] = field(default_factory=list)
     execution_count: int | None = None
+    kernel: str = ""  # the kernel that ran it (its name in the pool)
+    fresh: bool = False  # that kernel was started for this cell (nothing defined before it)
 
     @property
     def output(self) -> str:

@@ -272,8 +272,10 @@ class KernelPool:
             )
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
+            known = self.kernels.get(key)
             kernel = await self._kernel(key)
             result = await kernel.execute(code, limit_s or self.config.timeout_s)
+            result.kernel, result.fresh = kernel.name, kernel is not known
             if result.status in ("timeout", "died"):
                 await self._hard_restart(key, kernel, result)
             dirs = [self.workdir(key[0]), kernel.run_dir]

@@ -31,17 +31,20 @@ from a2a.utils.errors import (
     InvalidParamsError,
     InvalidRequestError,
     PushNotificationNotSupportedError,
+    TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
 
-from app.a2a.convert import is_final, message_text, task_of, updates
+from app.a2a.convert import FINAL_STATES, is_final, message_text, task_of, updates
 from app.db.base import new_id
 from app.errors import AppError, NotFound
 from app.runtime.public import run_public
-from app.schemas.sessions import RunCreate, SessionCreate
+from app.schemas.sessions import SessionCreate
+from app.schemas.vocab import CancelMode
 from app.services import runs as run_service
 from app.services.sessions import create_session, get_session
+from app.services.turns import SubmittedTurn, TurnRequest, submit_turn
 from app.state import AppState
 
 SCOPE_KEY = "agentstation.a2a"  # the ASGI scope entry the mount fills in (A2ACall)
@@ -78,7 +81,11 @@ class RunsRequestHandler(RequestHandler):
             raise InvalidParamsError(message=f"context {context_id!r} belongs to another agent")
         return context_id
 
-    async def _submit(self, call: A2ACall, params: SendMessageRequest, stream: bool) -> Any:
+    async def _submit(
+        self, call: A2ACall, params: SendMessageRequest, stream: bool, inline: bool
+    ) -> SubmittedTurn:
+        """The message as a turn of its context's session (``submit_turn``); ``inline``: run
+        by the caller's ``finish``."""
         message = params.message
         text = message_text(message)
         if not text:
@@ -88,18 +95,12 @@ class RunsRequestHandler(RequestHandler):
             await self._session(call, context_id)
         except AppError as exc:  # e.g. an invalid context id
             raise InvalidParamsError(message=f"context_id: {exc.message}") from None
-        body = RunCreate(message=text, stream=stream, on_disconnect="continue")
+        request = TurnRequest(text, stream=stream, on_disconnect="continue", source="a2a")
         try:
-            runs = call.state.run_manager
-            async with runs.store.lease() as lease:
-                sub = await run_service.prepare_submission(
-                    call.state, lease, call.tenant_id, context_id, body, None
-                )
-                run, _ = await runs.submit(sub, lease)
+            return await submit_turn(call.state, call.tenant_id, context_id, request, inline=inline)
         except AppError as exc:  # busy session, spent budget, model not ready: its own words
             error = InvalidRequestError if exc.status < 500 else InternalError
             raise error(message=f"{exc.code}: {exc.message}") from None
-        return run
 
     async def _task(self, call: A2ACall, run_id: str) -> Task:
         async with call.state.sessionmaker() as db:
@@ -116,18 +117,20 @@ class RunsRequestHandler(RequestHandler):
     ) -> Task | Message:
         """Run the message; answer the finished task (or at once with ``return_immediately``)."""
         call = _call(context)
-        run = await self._submit(call, params, stream=False)
-        if not params.configuration.return_immediately:
-            await call.state.run_manager.wait(run.id)
-        return await self._task(call, run.id)
+        wait = not params.configuration.return_immediately
+        # Waiting for the end anyway: the run runs in this request's task.
+        turn = await self._submit(call, params, stream=False, inline=wait)
+        if wait:
+            await turn.finish()
+        return await self._task(call, turn.run_id)
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
         """The task, then its updates as the run's events arrive, ending with its status."""
         call = _call(context)
-        run = await self._submit(call, params, stream=True)
-        async for update in self._follow(call, run.id, run.session_id):
+        turn = await self._submit(call, params, stream=True, inline=False)
+        async for update in self._follow(call, turn.run_id, turn.run.session_id):
             yield update
 
     async def _follow(self, call: A2ACall, run_id: str, context_id: str) -> AsyncGenerator[Any]:
@@ -154,10 +157,13 @@ class RunsRequestHandler(RequestHandler):
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
-        """Cancel the run (model call and tool stopped); the task as it ended."""
+        """Cancel the run (model call and tool stopped); the task as it ended. A task that has
+        ended already: ``TaskNotCancelableError`` (-32002), as the SDK's own handlers answer."""
         call = _call(context)
-        await self._task(call, params.id)  # 404 for another tenant's or agent's run
-        await call.state.run_manager.cancel(params.id, "cancelled")
+        task = await self._task(call, params.id)  # 404 for another tenant's or agent's run
+        if task.status.state in FINAL_STATES:
+            raise TaskNotCancelableError(message=f"task {params.id!r} has already ended")
+        await call.state.run_manager.cancel(params.id, CancelMode.CANCELLED)
         return await self._task(call, params.id)
 
     async def on_list_tasks(

@@ -15,6 +15,7 @@ from app.schemas.agents import (
     AgentVersionList,
     AgentVersionPublic,
 )
+from app.schemas.vocab import CancelMode
 from app.services import agent_versions as versions
 from app.services import agents as service
 
@@ -95,6 +96,6 @@ async def rollback_agent(
 async def delete_agent(name: str, db: DbDep, who: PrincipalDep, runs: RunsDep) -> Response:
     """Delete the agent and its sessions (their running runs are cancelled first)."""
     for run_id in await service.active_runs(db, who.tenant_id, name):
-        await runs.cancel(run_id, "cancelled")
+        await runs.cancel(run_id, CancelMode.CANCELLED)
     await service.delete_agent(db, who.tenant_id, name)
     return Response(status_code=204)

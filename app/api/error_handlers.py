@@ -84,6 +84,10 @@ def allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
+# OpenAI's own paths answer an invalid request with 400, not 422 (as chat completions).
+_OPENAI_400 = ("/v1/responses", "/v1/conversations")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the one renderer for every error the app can raise."""
 
@@ -94,7 +98,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def request_invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         err = validation_error(exc)
-        if request.url.path.endswith("/chat/completions"):
+        path = request.url.path
+        if path.endswith("/chat/completions") or path.startswith(_OPENAI_400):
             err.status = 400  # what OpenAI answers (the SDK raises BadRequestError)
         return error_response(err)
 

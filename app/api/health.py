@@ -31,9 +31,12 @@ async def healthz() -> dict[str, str]:
 async def readyz(state: StateDep) -> JSONResponse:
     """Ready only when every part is: the database answers, every model is loaded, and (when
     the sandbox is enabled) its self-test reached at least the minimum level. 503 until then,
-    with ``not_ready`` naming the parts that are not (and ``retry-after``)."""
+    with ``not_ready`` naming the parts that are not (and ``retry-after``); ``draining`` while
+    the replica shuts down."""
     checks: dict[str, Any] = {"version": VERSION}
     waiting: list[str] = []
+    if state.drain.active():  # SIGTERM: it takes no new turns (app/ops/drain.py)
+        waiting.append("draining")
     checks["database"] = await _database(state)
     if checks["database"] != "ok":
         waiting.append("database")

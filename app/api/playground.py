@@ -51,9 +51,11 @@ def _file(name: str) -> FileResponse:
     return FileResponse(path, media_type=_TYPES[ext], headers=_HEADERS)
 
 
-def vocabulary(registry: Any | None) -> dict[str, Any]:
-    """What the page needs to know of the server: event types, statuses, kinds, tools."""
+def vocabulary(registry: Any | None, trace_url: str | None = None) -> dict[str, Any]:
+    """What the page needs to know of the server: event types, statuses, kinds, tools, and
+    where a trace id links (``AGENTSTATION_TRACE_URL``, ``{trace_id}`` replaced; or None)."""
     return {
+        "traceUrl": trace_url,
         "events": {e.name: e.value for e in EventType},
         "endsStream": sorted(e.value for e in EventType if e.ends_stream),
         "statuses": {s.name: s.value for s in RunStatus},
@@ -83,7 +85,9 @@ async def favicon() -> FileResponse:
 async def vocab(request: Request) -> Response:
     """``window.AGENTSTATION`` = the server's vocabulary (from app.schemas.vocab, the registry)."""
     state = getattr(request.app.state, "agentstation", None)
-    body = "window.AGENTSTATION = " + json.dumps(vocabulary(getattr(state, "registry", None)))
+    settings = getattr(state, "settings", None)
+    known = vocabulary(getattr(state, "registry", None), getattr(settings, "trace_url", None))
+    body = "window.AGENTSTATION = " + json.dumps(known)
     return Response(body + ";\n", media_type=_TYPES["js"], headers=_HEADERS)
 
 

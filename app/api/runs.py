@@ -11,6 +11,7 @@ from app.api.sse import MAX_SEQ, SSE_RESPONSES, parse_after, run_event_response
 from app.deps import DbDep, PrincipalDep, RunsDep, StateDep
 from app.runtime.public import run_public
 from app.schemas.sessions import ResumeRequest, RunPublic
+from app.schemas.vocab import CancelMode
 from app.services import approvals
 from app.services import runs as service
 
@@ -28,7 +29,7 @@ async def cancel_run(run_id: str, who: PrincipalDep, runs: RunsDep, state: State
     """Cancel the run (a finished run is returned as it is)."""
     async with state.sessionmaker() as db:
         await service.get_run(db, who.tenant_id, run_id)
-    await runs.cancel(run_id, "cancelled")
+    await runs.cancel(run_id, CancelMode.CANCELLED)
     async with state.sessionmaker() as db:
         run = await service.get_run(db, who.tenant_id, run_id)
     return RunPublic.model_validate(run_public(run))
@@ -66,14 +67,13 @@ async def resume_run(
     when the run does not wait; 422 naming the field of a bad decision."""
     decisions = approvals.resume_body(body)
     run = await approvals.resume_run(state, who.tenant_id, run_id, decisions)
-    channel = runs.channels.get(run_id)  # its log so far: the stream sends what comes next
-    after = channel.stored if channel is not None else 0
+    after = runs.stored_seq(run_id)  # its log so far: the stream sends what comes next
     if body.stream:
         on_drop = None
         if body.on_disconnect == "cancel":
 
             def on_drop() -> None:
-                runs.cancel_soon(run_id, "client_disconnected")
+                runs.cancel_soon(run_id, CancelMode.CLIENT_DISCONNECTED)
 
         return run_event_response(
             runs, run_id, after, state.settings, on_drop, {"Content-Location": f"/v1/runs/{run_id}"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -25,21 +24,23 @@ from app.deps import (
 )
 from app.errors import ValidationFailed
 from app.ops.budget_store import session_usage
-from app.runtime.runs import RunManager, run_public
+from app.runtime.kernels import FleetKernelPool
+from app.runtime.runs import run_public
 from app.schemas.sessions import (
     RunCreate,
     RunList,
     RunPublic,
-    RunResult,
     SessionCreate,
     SessionList,
     SessionPublic,
     SessionUpdate,
     UsagePublic,
 )
+from app.schemas.vocab import CancelMode
 from app.services import runs as run_service
 from app.services import sessions as service
 from app.services.agent_refs import UNBUILDABLE
+from app.services.turns import TurnRequest, submit_turn
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -98,7 +99,7 @@ async def delete_session(
     """Delete the session, its memory, its runs and its kernel."""
     row, _ = await service.get_session(db, who.tenant_id, session_id)
     if (active := await service.active_run(db, row.pk)) is not None:
-        await runs.cancel(active, "cancelled")
+        await runs.cancel(active, CancelMode.CANCELLED)
     await db.delete(row)
     await db.flush()
     invalidate_on_commit(db, TURN_SESSIONS, (who.tenant_id, session_id))
@@ -135,7 +136,7 @@ async def put_memory(
         row, agent = await service.get_session(db, who.tenant_id, session_id)
         keys = await service.memory_keys(db, app_state, row, agent)
     async with runs.writing_memory(row.pk, session_id) as db:
-        return await service.replace_memory(db, row, state, keys, runs.memory)
+        return await service.replace_memory(db, row, state, keys, runs.keep_memory)
 
 
 @router.post("/{session_id}/reset")
@@ -147,6 +148,8 @@ async def reset_session(session_id: str, who: PrincipalDep, state: StateDep) -> 
     async with state.run_manager.writing_memory(row.pk, session_id) as db:
         await service.reset_memory(db, row)
     await _shutdown_kernel(state, f"{who.tenant_id}:{session_id}")
+    if isinstance(state.kernel_pool, FleetKernelPool):  # a fresh kernel asked for: no restart
+        await state.kernel_pool.forget_session(row.pk)
     return service.to_public(row, agent.name)
 
 
@@ -201,39 +204,20 @@ async def post_message(session_id: str, request: Request) -> Response:
     if errors:
         raise RequestValidationError(errors)
     state = app_state(request)
-    runs = state.run_manager
-    # The turn's lease: its lookup's connection goes on to the admission (PostgreSQL).
-    async with runs.store.lease() as lease:
-        sub = await run_service.prepare_submission(
-            state, lease, who.tenant_id, session_id, body, idempotency_key
-        )
-        # A JSON answer waits for the run's end anyway: a new run runs in this request's task.
-        run, created = await runs.submit(sub, lease, inline=not body.stream)
+    # One turn (app/services/turns.py): lease, lookup, admission; a JSON answer waits for the
+    # run's end anyway, so a new run runs in this request's task (``finish``).
+    turn = await submit_turn(
+        state, who.tenant_id, session_id, TurnRequest.of(body, idempotency_key)
+    )
     if body.stream:
-        on_drop = None
-        if body.on_disconnect == "cancel":
-
-            def on_drop() -> None:
-                runs.cancel_soon(run.id, "client_disconnected")
-
-        stream: Response = run_event_response(
-            runs, run.id, 0, state.settings, on_drop, {"Content-Location": f"/v1/runs/{run.id}"}
+        on_drop = turn.on_drop if body.on_disconnect == "cancel" else None
+        location = {"Content-Location": f"/v1/runs/{turn.run_id}"}
+        return run_event_response(
+            state.run_manager, turn.run_id, 0, state.settings, on_drop, location
         )
-        return stream
-    if created:
-        await _run_here(runs, run.id, request, body.on_disconnect == "cancel")
-    else:  # an earlier request's run (Idempotency-Key)
-        await _wait_or_cancel(runs, run.id, request, body.on_disconnect == "cancel")
-    final = runs.result(run.id)  # finished here: its final state is in memory
-    public = runs.result_public(run.id)
-    if final is not None and public is not None:
-        # RunResult's JSON, from the dict the run's terminal event already holds.
-        return JSONResponse({"run": public, "message": final.output})
-    if final is None:
-        async with state.sessionmaker() as db:
-            final = await run_service.get_run(db, who.tenant_id, run.id)
-    result = RunResult(run=RunPublic.model_validate(run_public(final)), message=final.output)
-    return JSONResponse(result.model_dump(mode="json"))
+    end = await turn.finish(request.is_disconnected)
+    # RunResult's JSON, from the dict the run's terminal event already holds.
+    return JSONResponse({"run": end.public, "message": end.run.output})
 
 
 router.add_api_route(  # the fast path (app/api/fastpath.py): a turn's hot route
@@ -245,47 +229,6 @@ router.add_api_route(  # the fast path (app/api/fastpath.py): a turn's hot route
     openapi_extra=_MESSAGE_DOC,
     route_class_override=RequestOnlyRoute,
 )
-
-
-async def _run_here(runs: RunManager, run_id: str, request: Request, cancel: bool) -> None:
-    """Run the new run here; with ``cancel``, a client gone for good cancels it (checked every
-    0.5 s by a watcher started only once the run has lasted 0.5 s)."""
-    watcher: asyncio.Task[None] | None = None
-
-    def watch() -> None:
-        nonlocal watcher
-        watcher = asyncio.create_task(_cancel_when_gone(runs, run_id, request))
-
-    timer = asyncio.get_running_loop().call_later(0.5, watch) if cancel else None
-    try:
-        await runs.run_here(run_id)
-    finally:
-        if timer is not None:
-            timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
-
-
-async def _cancel_when_gone(runs: RunManager, run_id: str, request: Request) -> None:
-    while True:  # polled: the request's receive channel is the only sign of a drop
-        if await request.is_disconnected():
-            runs.cancel_soon(run_id, "client_disconnected")
-            return
-        await asyncio.sleep(0.5)
-
-
-async def _wait_or_cancel(runs: RunManager, run_id: str, request: Request, cancel: bool) -> None:
-    waiter = asyncio.ensure_future(runs.wait(run_id))
-    try:
-        while not waiter.done():
-            await asyncio.wait({waiter}, timeout=0.5)
-            if not waiter.done() and await request.is_disconnected():
-                if cancel:
-                    runs.cancel_soon(run_id, "client_disconnected")
-                return
-    finally:
-        if not waiter.done():
-            waiter.cancel()
 
 
 async def _shutdown_kernel(state: Any, session_key: str) -> None:

@@ -12,7 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession as DbSession
 
 from app.db.sqlite_inline import inline_creator
 
-__all__ = ["DbSession", "create_engine", "create_sessionmaker"]
+__all__ = ["APPLICATION_PREFIX", "DbSession", "create_engine", "create_sessionmaker"]
+
+# A replica's connections' application_name: this prefix and its id.
+APPLICATION_PREFIX = "agentstation:"
 
 
 def create_engine(
@@ -23,6 +26,7 @@ def create_engine(
     connect_timeout_s: float = 5.0,
     ping_idle_s: float = 1.0,
     clock: Callable[[], float] = time.monotonic,
+    replica: str | None = None,
     **kwargs: Any,
 ) -> AsyncEngine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and enforced foreign keys.
@@ -33,6 +37,12 @@ def create_engine(
     the server closed is replaced before use, and one idle for ``ping_idle_s`` or longer is
     pinged first (one round trip; ``0``: before every use, SQLAlchemy's ``pool_pre_ping``), so
     a database restart does not fail the requests that follow it.
+
+    ``replica``: a gateway replica's id (app/runtime/liveness.py). Every PostgreSQL connection
+    carries it as ``application_name`` (``agentstation:<id>``: how other replicas tell it is
+    connected, and which backends to end when it is declared dead) and as the setting
+    ``agentstation.replica`` (the default of ``runs.replica``, migration 0010); its backends
+    check every second that it is still connected (PostgreSQL 14+).
     """
     if url.startswith("sqlite"):  # statements on the loop's thread: app/db/sqlite_inline.py
         kwargs.setdefault("async_creator", inline_creator(url))
@@ -41,6 +51,20 @@ def create_engine(
         kwargs.setdefault("pool_size", pool_size)
         kwargs.setdefault("max_overflow", max_overflow)
         kwargs["connect_args"] = {"timeout": connect_timeout_s, **kwargs.get("connect_args", {})}
+        if replica is not None:
+            kwargs["connect_args"]["server_settings"] = {
+                "application_name": f"{APPLICATION_PREFIX}{replica}",
+                "agentstation.replica": replica,
+                # A backend whose replica died while it waited in a statement (a lock) ends
+                # within a second instead of holding what it has until the wait is over.
+                "client_connection_check_interval": "1000",
+                # A replica whose host vanished (no FIN) loses its connections within ~11 s of
+                # silence: then it is dead to the others (``pg_stat_activity``).
+                "tcp_keepalives_idle": "5",
+                "tcp_keepalives_interval": "2",
+                "tcp_keepalives_count": "3",
+                **kwargs["connect_args"].get("server_settings", {}),
+            }
     engine = create_async_engine(url, **kwargs)
     if url.startswith("sqlite"):
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)

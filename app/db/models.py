@@ -125,6 +125,13 @@ class Run(Base):
             postgresql_where=sa.text("status = 'requires_action'"),
             sqlite_where=sa.text("status = 'requires_action'"),
         ),
+        # Active runs of one replica: a live replica sweeps a dead one's (migration 0010).
+        sa.Index(
+            "ix_runs_replica_active",
+            "replica",
+            postgresql_where=sa.text("status IN ('queued', 'running')"),
+            sqlite_where=sa.text("status IN ('queued', 'running')"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
@@ -154,6 +161,10 @@ class Run(Base):
     # A run waiting for a person (status ``requires_action``): its pending tool calls and where
     # its agent stopped (``app.runtime.approvals``); None otherwise.
     pending: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(), nullable=True)
+    # The replica that runs (or will run) it while active: on PostgreSQL the inserting
+    # connection's ``agentstation.replica`` setting (the column's default, migration 0010);
+    # set again by a replica that resumes it. None on SQLite (one process).
+    replica: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
 
 
 class RunEvent(Base):
@@ -182,3 +193,28 @@ class RateLimitState(Base):
 
     key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
     tat: Mapped[float] = mapped_column(sa.Float(precision=53))
+
+
+class Replica(Base):
+    """A running gateway replica and its heartbeat (app/runtime/liveness.py)."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(sa.String(16), default="live", server_default="live")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    beat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class SessionKernel(Base):
+    """The kernel a session's agent last ran code in (``owner``: replica and kernel name): a
+    kernel started afresh where one existed before is reported (``kernel.restarted``)."""
+
+    __tablename__ = "session_kernels"
+
+    session_pk: Mapped[str] = mapped_column(
+        sa.ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True
+    )
+    agent: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    owner: Mapped[str] = mapped_column(sa.String(160))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

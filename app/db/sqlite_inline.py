@@ -5,7 +5,7 @@ wakes the loop with the result: about 70 thread round trips per session turn, ea
 hand-off, cost ~3 ms of CPU per turn (10.4 → 7.7 ms for a streamed 64-chunk turn at
 concurrency 32, docs/operations.md). Local SQLite statements in WAL mode with
 ``synchronous=NORMAL`` take microseconds and never wait for a disk flush at commit, and this
-process's write transactions already take turns (``app.runtime.writes.WriteGate``), so a
+process's write transactions already take turns (``app.runtime.store.writes.WriteGate``), so a
 statement never waits for another of ours. What may block the loop: another *process*
 holding SQLite's write lock (up to ``busy_timeout``) and large statements (a long history
 replaced at once), which is why PostgreSQL is the production database.

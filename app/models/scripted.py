@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -42,14 +44,40 @@ def count_words(
     return total
 
 
+Reply = str | dict[str, Any]
+
+
+def _fill(reply: Reply, messages: Messages) -> Reply:
+    """``{user}``/``{last}`` filled in a reply's text (a tool-call turn: its content and its
+    calls' string arguments)."""
+    users = [m for m in messages if m.get("role") == "user"]
+    user = str(users[-1].get("content") or "") if users else ""
+    last = str(messages[-1].get("content") or "") if messages else ""
+
+    def fill(text: str) -> str:
+        return text.replace("{user}", user).replace("{last}", last)
+
+    if isinstance(reply, str):
+        return fill(reply)
+    calls = [
+        {**c, "arguments": fill(c["arguments"])} if isinstance(c.get("arguments"), str) else c
+        for c in reply.get("tool_calls") or []
+    ]
+    return {**reply, "content": fill(str(reply.get("content") or "")), "tool_calls": calls}
+
+
 class ScriptedModelLLM(AsyncBaseLLM):
-    """Streams configured replies word by word; usage counts words."""
+    """Streams configured replies word by word; usage counts words. A reply may be a native
+    tool-call turn, ``{"content": ..., "tool_calls": [{"name", "arguments"}]}`` (the calls
+    arrive as a tool-call parser reports them). ``recent``: the last calls' messages and
+    parameters (tests read them)."""
 
     def __init__(
         self,
-        replies: list[str] | None = None,
+        replies: list[Reply] | None = None,
         chunk_delay_s: float = 0.0,
         cycle: str = "model",
+        template: bool = False,
         **gen_params: Any,
     ) -> None:
         super().__init__(**gen_params)
@@ -58,10 +86,16 @@ class ScriptedModelLLM(AsyncBaseLLM):
         self.replies = list(replies or [])
         self.chunk_delay_s = chunk_delay_s
         self.cycle = cycle
+        self.template = template
         self._next = 0
+        self.recent: deque[dict[str, Any]] = deque(maxlen=16)
 
-    def next_reply(self, messages: Messages) -> str:
+    def next_reply(self, messages: Messages) -> Reply:
         """The next scripted reply, or the last user message when no replies are configured.
+
+        ``template``: ``{user}`` in a reply becomes the last user message, ``{last}`` the last
+        message of any role (e.g. a tool's result), so one script serves every session with
+        its own values (tests: a tool call per session).
 
         ``cycle="model"``: replies in turn across every call. ``cycle="conversation"``: the
         reply after as many as the conversation already holds (its assistant messages), so
@@ -72,13 +106,19 @@ class ScriptedModelLLM(AsyncBaseLLM):
             return str(users[-1].get("content") or "") if users else ""
         if self.cycle == "conversation":
             done = sum(1 for m in messages if m.get("role") == "assistant")
-            return self.replies[done % len(self.replies)]
-        reply = self.replies[self._next % len(self.replies)]
-        self._next += 1
-        return reply
+            reply = self.replies[done % len(self.replies)]
+        else:
+            reply = self.replies[self._next % len(self.replies)]
+            self._next += 1
+        return _fill(reply, messages) if self.template else reply
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
-        pieces = split_words(self.next_reply(messages))
+        self.recent.append({"messages": copy.deepcopy(messages), "params": dict(params)})
+        reply = self.next_reply(messages)
+        calls = reply.get("tool_calls") if isinstance(reply, dict) else None
+        if isinstance(reply, dict):
+            reply = str(reply.get("content") or "")
+        pieces = split_words(reply)
         limit = params.get("max_new_tokens")
         finish = "stop"
         if isinstance(limit, int) and 0 < limit < len(pieces):
@@ -87,16 +127,20 @@ class ScriptedModelLLM(AsyncBaseLLM):
             if i and self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             yield LLMDelta(text=piece)
+        if calls and params.get("tools") and params.get("tool_choice") != "none":
+            yield LLMDelta(extra={"tool_calls": copy.deepcopy(list(calls))})
         usage = Usage(prompt_tokens=count_words(messages), completion_tokens=len(pieces))
         yield LLMDelta(finish_reason=finish, usage=usage)
 
 
 def create_scripted_handle(config: dict[str, Any]) -> ModelHandle:
-    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, optional ``gen_params``)."""
+    """A scripted model (``replies``, ``chunk_delay_s``, ``cycle``, ``template``, optional
+    ``gen_params``)."""
     llm = ScriptedModelLLM(
-        replies=[str(r) for r in config.get("replies") or []],
+        replies=[r if isinstance(r, dict) else str(r) for r in config.get("replies") or []],
         chunk_delay_s=float(config.get("chunk_delay_s", 0.0)),
         cycle=str(config.get("cycle", "model")),
+        template=bool(config.get("template", False)),
         **config.get("gen_params", {}),
     )
     return ModelHandle(config["name"], "scripted", llm, LLMRawBackend(llm, config["name"]))

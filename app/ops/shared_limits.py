@@ -10,19 +10,26 @@ database's clock (one clock for the fleet), unless a ``clock`` is given (tests).
 
 The one speed-up kept per replica is exact too: a refused caller cannot be admitted before
 its retry-after (``tat`` only grows), so until then its requests are refused here without a
-statement. The choice between the two limiters is made once, at start-up (``FleetLimiter``).
-This is the only module with PostgreSQL-specific rate-limit statements.
+statement. While the database cannot be reached, each replica counts in process (its own
+bucket per caller): requests that need no database (raw models) go on being served and
+limited, per replica, instead of failing. The choice between the two limiters is made once, at
+start-up (``FleetLimiter``). This is the only module with PostgreSQL-specific rate-limit
+statements.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import raw
 from app.ops.ratelimit import RateLimit, TokenBucketLimiter
+
+log = logging.getLogger(__name__)
 
 # $1 key, $2 now (NULL: the database's clock), $3 T = period / limit, $4 period.
 # ``ok`` says whether this request was admitted; ``tat`` is the caller's state after it (for a
@@ -67,6 +74,8 @@ class PgRateLimiter:
         self._max_blocked = max_blocked
         self._prune_every_s = prune_every_s
         self._next_prune = time.monotonic() + prune_every_s
+        self.fallback = TokenBucketLimiter(rate)  # while the database is unreachable
+        self._warned_at = -1e9
 
     def _now(self) -> float | None:
         return self.clock() if self.clock is not None else None
@@ -82,13 +91,16 @@ class PgRateLimiter:
             if left > 0:
                 return left
             del self._blocked[key]
-        async with raw.pooled(self.engine) as pg:
-            row = await raw.fetchrow(
-                pg, ADMIT, key, self._now(), self._interval, self.rate.period_s
-            )
-            if time.monotonic() >= self._next_prune:
-                self._next_prune = time.monotonic() + self._prune_every_s
-                await raw.execute(pg, PRUNE, self._now())
+        try:
+            async with raw.pooled(self.engine) as pg:
+                row = await raw.fetchrow(
+                    pg, ADMIT, key, self._now(), self._interval, self.rate.period_s
+                )
+                if time.monotonic() >= self._next_prune:
+                    self._next_prune = time.monotonic() + self._prune_every_s
+                    await raw.execute(pg, PRUNE, self._now())
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            return self._unshared(key, exc)
         if row is None or row["ok"]:
             return 0.0  # (no row: pruned between the two parts; admitted by the next request)
         wait = float(row["tat"]) + self._interval - self.rate.period_s - float(row["now"])
@@ -97,6 +109,13 @@ class PgRateLimiter:
             self._blocked.clear()  # a cache: forgetting only costs statements
         self._blocked[key] = self._local_now() + wait
         return wait
+
+    def _unshared(self, key: str, exc: BaseException) -> float:
+        """Count in this process while the database is unreachable (warned once a minute)."""
+        if time.monotonic() - self._warned_at >= 60.0:
+            self._warned_at = time.monotonic()
+            log.warning("rate limits count per replica: the database is unreachable (%s)", exc)
+        return self.fallback.acquire(key)
 
 
 class FleetLimiter:

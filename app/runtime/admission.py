@@ -15,14 +15,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.base import new_id, transient, utcnow
 from app.db.models import SEQ_BLOCK, Run
 from app.db.models import Session as SessionRow
-from app.errors import NotFound, SessionBusy
+from app.errors import NotFound, SessionBusy, Unavailable
 from app.runtime.budgets import BudgetFigures
 from app.runtime.jobs import input_message
 from app.runtime.messages import dump_message
 from app.runtime.orphans import Orphans
 from app.runtime.store import RunStore, TurnLease
 from app.schemas.agents import AgentSpec
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import CancelMode, MultitaskStrategy, RunStatus
+
+
+async def _nothing_to_recover(_session_pk: str) -> bool:
+    return False
 
 
 @dataclass
@@ -45,6 +49,8 @@ class Submission:
     # Set when the session came from a cache: the submission again, its session read afresh
     # (``submit`` calls it when the cached session is gone at admission).
     relookup: Callable[[], Awaitable[Submission]] | None = None
+    # The new run's id (None: a new ``run_...`` id); the Responses API names runs ``resp_...``.
+    run_id: str | None = None
 
 
 # Starts an admitted run's job: (submission, run, memory revision read at admission or None,
@@ -61,7 +67,7 @@ class Admissions:
         self,
         store: RunStore,
         orphans: Orphans,
-        cancel: Callable[[str, str], Awaitable[None]],
+        cancel: Callable[[str, CancelMode], Awaitable[None]],
         start: Starter,
     ) -> None:
         self.store = store
@@ -69,6 +75,10 @@ class Admissions:
         self.orphans = orphans
         self.cancel = cancel
         self.start = start
+        # Whether this replica drains (SIGTERM): new turns get 503 ``draining`` (app/ops/drain.py).
+        self.draining: Callable[[], bool] = lambda: False
+        # Whether a session's active run belongs to a dead replica (app/runtime/liveness.py).
+        self.recovering: Callable[[str], Awaitable[bool]] = _nothing_to_recover
 
     async def submit(
         self, sub: Submission, lease: TurnLease, inline: bool = False
@@ -76,18 +86,36 @@ class Admissions:
         """Create (or, with a known Idempotency-Key, find) the run; returns (run, created).
         ``lease`` is the turn's (its lookup's connection on PostgreSQL): a started job takes
         what it holds; the caller's ``async with lease`` lets go of the rest."""
+        if self.draining():
+            raise Unavailable(
+                "this replica is shutting down and takes no new turns; retry", code="draining"
+            )
         try:
             return await self._submit(sub, lease, inline)
         except SessionBusy:
             # Busy with a run whose replica died? Close it (as recovery would) and try again.
             if not await self.orphans.reap_session(sub.session.pk):
+                await self._recovering(sub.session.pk)
                 raise
         except NotFound:
             if sub.relookup is None:
                 raise
             # A cached session gone (deleted, maybe created again): look it up afresh.
             return await self.submit(await sub.relookup(), lease, inline)
-        return await self._submit(sub, lease, inline)
+        try:
+            return await self._submit(sub, lease, inline)
+        except SessionBusy:
+            await self._recovering(sub.session.pk)
+            raise
+
+    async def _recovering(self, session_pk: str) -> None:
+        """503 (not 409) while the session is busy with a run of a dead replica: a live
+        replica closes it within seconds (app/runtime/liveness.py), then a retry passes."""
+        if await self.recovering(session_pk):
+            raise Unavailable(
+                "the session's last run was on a replica that stopped and is being closed; retry",
+                code="session_recovering",
+            ) from None
 
     async def _submit(self, sub: Submission, lease: TurnLease, inline: bool) -> tuple[Run, bool]:
         async with self.locks.admission(sub.session.pk):
@@ -95,8 +123,12 @@ class Admissions:
             run = admitted.run
             if not admitted.created:
                 return run, False
-            if sub.strategy in ("interrupt", "rollback"):
-                mode = "interrupt" if sub.strategy == "interrupt" else "rollback"
+            if sub.strategy in (MultitaskStrategy.INTERRUPT, MultitaskStrategy.ROLLBACK):
+                mode = (
+                    CancelMode.INTERRUPT
+                    if sub.strategy == MultitaskStrategy.INTERRUPT
+                    else CancelMode.ROLLBACK
+                )
                 for run_id in admitted.active:
                     await self.cancel(run_id, mode)
             self.start(sub, run, admitted.rev, lease, inline)
@@ -127,7 +159,7 @@ def new_run(sub: Submission) -> Run:
     now = utcnow()
     return transient(
         Run,
-        id=new_id("run"),
+        id=sub.run_id or new_id("run"),
         tenant_id=sub.tenant_id,
         session_pk=sub.session.pk,
         session_id=sub.session.id,

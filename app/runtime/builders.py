@@ -62,6 +62,7 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     if not spec.sub_agents:
         return _with_gen_params(agent, spec)
     from agents.task import Task
+    from agents.task_types import TaskConfig
 
     # A review round: the answer goes to each sub-agent in turn and back; the agent ends it.
     subs = [Task(_member(sub, ctx, key), single_round=True) for key, sub in _subs(spec)]
@@ -72,10 +73,23 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         round_robin=True,
         max_turns=1 + 2 * len(subs),
         gen_params=spec.gen_params.to_kwargs(),
+        restart=False,  # a session's turns share the memory
+        # A review round is not a langroid program: "DONE" in an answer is just text.
+        config=TaskConfig(
+            recognize_string_signals=False, inf_loop_cycle_len=4, inf_loop_wait_factor=3
+        ),
     )
     task.agentstation_gen_params = {}  # the spec's: gen_params
     result: ServableAgent = task
     return result
+
+
+def build_model_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
+    """``kind: model``: the model as it is, on OpenAI chat messages with the caller's function
+    tools (``agents.chat_agent.ChatAgent``; what the Responses API runs for a raw model)."""
+    from agents.chat_agent import ChatAgent
+
+    return _with_gen_params(ChatAgent(_llm(spec, ctx), ctx.name, spec.system_prompt), spec)
 
 
 def build_tool_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
@@ -125,6 +139,7 @@ def build_task(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     task = Task(
         main, name=name, max_turns=spec.max_turns, max_stalled_steps=spec.max_stalled_steps or 3,
         budget=budget, gen_params=getattr(main, "agentstation_gen_params", {}),
+        restart=False,  # a session's turns share the memory
         **_done_rules(spec.done),
     )  # fmt: skip
     for i, sub in enumerate(spec.sub_tasks or []):
@@ -154,6 +169,52 @@ def _done_rules(done: DoneSpec | None) -> dict[str, Any]:
 
 
 _TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
+_PROXY_FIELDS = ("human_input_mode", "max_consecutive_auto_reply")
+
+
+def build_user_proxy(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
+    """``kind: user_proxy``: Byzer-Agent's UserProxyAgent (the person) and ``agent``; when the
+    mode asks the person, the run waits for them (``human_input``, resumed over REST)."""
+    from agents.conversable import AgentDirectory, ConversableAgent
+    from agents.user_proxy import WAIT, Conversation, UserProxyAgent
+
+    assert isinstance(spec.agent, AgentSpec)  # check_user_proxy; names were resolved
+    directory = AgentDirectory()
+    limit = spec.max_consecutive_auto_reply
+    mode = spec.human_input_mode or "ALWAYS"
+    user = UserProxyAgent(
+        "user", directory=directory, human_input_mode=mode, human_input=WAIT,
+        max_consecutive_auto_reply=10 if limit is None else limit,
+    )  # fmt: skip
+    peer = ConversableAgent(
+        "assistant", agent=_member(spec.agent, ctx, "assistant"), directory=directory
+    )
+    conversation = Conversation(user, peer, name=ctx.name or "assistant")
+    conversation.agentstation_gen_params = {}
+    result: ServableAgent = conversation
+    return result
+
+
+def _kind_of_field(field: str) -> str:
+    return "task" if field in _TASK_FIELDS else "user_proxy"
+
+
+def check_user_proxy(spec: AgentSpec, prefix: str) -> None:
+    """A user proxy talks to one agent (``agent``); task fields and approval are not its."""
+    check_approval(spec, prefix)
+    if spec.agent is None:
+        raise ValidationFailed(
+            "a user_proxy needs an agent to talk to (a stored agent's name or a spec)",
+            param=f"{prefix}.agent",
+            code="missing_field",
+        )
+    for field in _TASK_FIELDS[1:]:
+        if getattr(spec, field) is not None:
+            raise ValidationFailed(
+                f"{field!r} is for kind 'task' (this is 'user_proxy')",
+                param=f"{prefix}.{field}",
+                code="not_supported",
+            )
 
 
 def check_approval(spec: AgentSpec, prefix: str) -> None:
@@ -175,10 +236,10 @@ def check_approval(spec: AgentSpec, prefix: str) -> None:
 def check_single(spec: AgentSpec, prefix: str) -> None:
     """``agent`` / ``tool_agent``: the task fields are a mistake, not something to ignore."""
     check_approval(spec, prefix)
-    for field in _TASK_FIELDS:
+    for field in (*_TASK_FIELDS, *_PROXY_FIELDS):
         if getattr(spec, field) is not None:
             raise ValidationFailed(
-                f"{field!r} is for kind 'task' (this is {spec.kind!r})",
+                f"{field!r} is for kind {_kind_of_field(field)!r} (this is {spec.kind!r})",
                 param=f"{prefix}.{field}",
                 code="not_supported",
             )
@@ -187,6 +248,13 @@ def check_single(spec: AgentSpec, prefix: str) -> None:
 def check_task(spec: AgentSpec, prefix: str) -> None:
     """422s of a ``task`` spec beyond its schema."""
     check_approval(spec, prefix)
+    for field in _PROXY_FIELDS:
+        if getattr(spec, field) is not None:
+            raise ValidationFailed(
+                f"{field!r} is for kind 'user_proxy' (this is 'task')",
+                param=f"{prefix}.{field}",
+                code="not_supported",
+            )
     if spec.agent is None:
         raise ValidationFailed(
             "a task needs an agent (a stored agent's name or a spec)",
@@ -259,7 +327,15 @@ def register_builtins(registry: Registry) -> None:
     # state, so stateless requests share one built object (AppState.stateless_agent).
     registry.add_kind("agent", build_agent, supports_tools=False, shared=True, check=check_single)
     registry.add_kind("tool_agent", build_tool_agent, check=check_single)
+    # A raw model on chat messages and the caller's function tools (docs/responses.md).
+    registry.add_kind(
+        "model", build_model_agent, supports_tools=False, shared=True, check=check_single
+    )
     registry.add_kind("task", build_task, supports_tools=False, needs_model=False, check=check_task)
+    registry.add_kind(
+        "user_proxy", build_user_proxy, supports_tools=False, needs_model=False,
+        check=check_user_proxy,
+    )  # fmt: skip
     for name, (module, cls) in BUILTIN_TOOLS.items():
         registry.add_tool(name, _lazy_tool(module, cls))
     try:

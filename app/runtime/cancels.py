@@ -10,14 +10,11 @@ from collections.abc import Coroutine
 from inspect import CORO_CREATED
 from typing import Any, cast
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from app.db.models import Run
 from app.runtime.jobs import Job
 from app.runtime.notify import CancelBus
 from app.runtime.orphans import Orphans
-from app.schemas.vocab import TERMINAL, WAITING
+from app.runtime.store import RunStore
+from app.schemas.vocab import TERMINAL, WAITING, CancelMode
 
 
 class Cancels:
@@ -26,20 +23,20 @@ class Cancels:
     def __init__(
         self,
         jobs: dict[str, Job],
-        sessionmaker: async_sessionmaker[AsyncSession],
+        store: RunStore,
         orphans: Orphans,
         bus: CancelBus,
         timeout_s: float,
         background: set[asyncio.Task[Any]],
     ) -> None:
         self.jobs = jobs  # this process's runs (LiveRuns.jobs)
-        self.sessionmaker = sessionmaker
+        self.store = store
         self.orphans = orphans
         self.bus = bus
         self.timeout_s = timeout_s
         self.background = background
 
-    async def cancel(self, run_id: str, mode: str = "cancelled") -> None:
+    async def cancel(self, run_id: str, mode: CancelMode = CancelMode.CANCELLED) -> None:
         """Cancel a run (reaching the model call and the tool) and wait for it to stop."""
         job = self.jobs.get(run_id)
         if job is None and await self._waiting(run_id):
@@ -68,28 +65,26 @@ class Cancels:
             await asyncio.wait_for(asyncio.shield(job.done.wait()), self.timeout_s * 5)
 
     async def _waiting(self, run_id: str) -> bool:
-        async with self.sessionmaker() as db:
-            status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
-        return status in WAITING
+        return await self.store.run_status(run_id) in WAITING
 
-    async def _cancel_remote(self, run_id: str, mode: str) -> bool:
+    async def _cancel_remote(self, run_id: str, mode: CancelMode) -> bool:
         """Ask the replica that owns the run; True once the run has a final status."""
         await self.bus.publish(run_id, mode)
         for _ in range(int(self.timeout_s * 2 / 0.05) + 1):
-            async with self.sessionmaker() as db:
-                status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
+            status = await self.store.run_status(run_id)
             if status is None or status in TERMINAL:
                 return True
             await asyncio.sleep(0.05)
         return False  # nobody owns it: the caller closes it as an orphan
 
-    def cancel_soon(self, run_id: str, mode: str) -> None:
+    def cancel_soon(self, run_id: str, mode: CancelMode) -> None:
         """Cancel from a context that is itself being cancelled (a dropped stream)."""
         task = asyncio.create_task(self.cancel(run_id, mode))
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
     def remote_cancel(self, run_id: str, mode: str) -> None:
-        """A cancel another replica published: ours if the run is."""
+        """A cancel another replica published: ours if the run is (an unknown mode, from a
+        newer replica: ``cancelled``)."""
         if run_id in self.jobs:
-            self.cancel_soon(run_id, mode)
+            self.cancel_soon(run_id, CancelMode.parse(mode) or CancelMode.CANCELLED)

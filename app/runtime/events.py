@@ -45,7 +45,7 @@ class Event:
     """One event of a run's stream."""
 
     seq: int
-    type: str
+    type: EventType
     data: dict[str, Any]
 
 
@@ -88,7 +88,7 @@ class RunChannel:
         self.stored = events[-1].seq if events else 0
         self.reserved = max(self.reserved, self.stored)
 
-    def seed(self, type_: str, data: dict[str, Any]) -> None:
+    def seed(self, type_: EventType, data: dict[str, Any]) -> None:
         """Add the first event before anyone follows (``run.created``)."""
         event = Event(len(self.events) + 1, type_, data)
         self.events.append(event)
@@ -124,7 +124,7 @@ class RunChannel:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _append(self, type_: str, data: dict[str, Any]) -> Event:
+    async def _append(self, type_: EventType, data: dict[str, Any]) -> Event:
         event = Event(len(self.events) + 1, type_, data)
         self.events.append(event)
         self._unsaved.append(event)
@@ -190,7 +190,7 @@ class RunChannel:
         if time.monotonic() - self._last_publish >= self._flush_s:
             await self._publish_pending()
 
-    async def emit(self, type_: str, data: dict[str, Any], durable: bool = False) -> Event:
+    async def emit(self, type_: EventType, data: dict[str, Any], durable: bool = False) -> Event:
         """Append a whole event (after any pending delta); ``durable`` waits for storage."""
         await self._publish_pending()
         event = await self._append(type_, data)
@@ -235,7 +235,9 @@ class RunChannel:
         if self._reserving is not None:  # never left half done (it logs its own errors)
             await asyncio.shield(self._reserving)
 
-    def final_rows(self, type_: str, data: dict[str, Any]) -> tuple[Event, list[dict[str, Any]]]:
+    def final_rows(
+        self, type_: EventType, data: dict[str, Any]
+    ) -> tuple[Event, list[dict[str, Any]]]:
         """The terminal event and, as ``seq``/``type``/``data`` dicts, every unsaved event with
         it, for the caller to store in the run's end (then call ``published``). Call after
         ``stop_flushing`` (nothing else appends events then)."""

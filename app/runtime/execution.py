@@ -5,27 +5,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-import sqlalchemy as sa
-
-from agents.llms.base import Usage
+from agents.llms.base import Usage, instructions_scope
 from agents.llms.upstreams import route_key
 from agents.memory import load_message
-from app.db.models import Run
 from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, budget_scope
 from app.ops.logging import run_id_var
+from app.outbound import OutboundRefused
 from app.runtime.approvals import waiting_state
 from app.runtime.finish import finish, finish_safely, guard
-from app.runtime.jobs import CANCEL_MODES, Job, JobDeps, Turn
+from app.runtime.jobs import Job, JobDeps, Turn
+from app.runtime.kernels import kernel_turn
 from app.runtime.memory_cache import memory_nodes, plain_memories
 from app.runtime.runner import TurnResult, merge_state, resume_turn, run_turn
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import CancelMode, RunStatus, StopReason, cancel_outcome
 
 log = logging.getLogger(__name__)
-RUNS = cast(sa.Table, Run.__table__)  # Core statements: no ORM bookkeeping for rows nobody holds
 
 
 async def execute(deps: JobDeps, job: Job) -> None:
@@ -47,7 +45,14 @@ async def execute(deps: JobDeps, job: Job) -> None:
                 raise asyncio.CancelledError  # cancelled while queued
             job.started = True
             turn = await _begin(deps, job, lambda: result.usage)
-            with budget_scope(turn.budget):  # checked before every model call of the turn
+            # The budget is checked before every model call of the turn; the turn's own
+            # instructions (if any) are added to every model call's system messages; a kernel
+            # restart is reported.
+            with (
+                budget_scope(turn.budget),
+                instructions_scope(job.instructions),
+                kernel_turn(job.session_pk, job.channel),
+            ):
                 if job.resume is None:
                     await run_turn(
                         turn.agent, job.message, job.session_key, job.gen_params, job.channel,
@@ -62,12 +67,12 @@ async def execute(deps: JobDeps, job: Job) -> None:
             # "length": the answer's model call hit its max tokens (OpenAI's finish_reason).
             status, end = (
                 RunStatus.COMPLETED,
-                "length" if result.usage.last_finish == "length" else "end",
+                StopReason.LENGTH if result.usage.last_finish == "length" else StopReason.END,
             )
             # Stopped before tool calls a person must decide about: the run waits, stored.
             job.run.__dict__["pending"] = waiting_state(turn.agent, job.session_key, job.spec)
             if job.run.pending is not None:
-                status, end = RunStatus.REQUIRES_ACTION, "requires_action"
+                status, end = RunStatus.REQUIRES_ACTION, StopReason.REQUIRES_ACTION
             try:
                 await finish(deps, job, status, end, result, turn, lease=lease)
             except Exception as exc:
@@ -81,15 +86,22 @@ async def execute(deps: JobDeps, job: Job) -> None:
         job.finishing = True
         await finish_safely(deps, job, RunStatus.COMPLETED, BUDGET_STOP, result, turn)
     except asyncio.CancelledError:
-        mode = job.cancel_mode or "shutdown"
-        status, keep = CANCEL_MODES.get(mode, (RunStatus.CANCELLED, False))
+        mode = job.cancel_mode or CancelMode.SHUTDOWN
+        status, keep = cancel_outcome(mode)
+        if keep and turn is None and job.resume is None:
+            # Interrupted before its turn began (its memory not loaded yet): it still keeps
+            # its input, as a run interrupted a moment later does.
+            turn = await _input_only(deps, job, lambda: result.usage)
         await finish_safely(deps, job, status, mode, result, turn if keep else None)
     except Exception as exc:
         # The detail (it may hold SQL and its parameters, paths, other tenants' ids) goes to
         # the log only; the run's error says what a client may know, with the request id.
-        log.exception("run %s failed", job.run_id)
+        if isinstance(exc, OutboundRefused):  # the policy's answer, not a fault of ours
+            log.warning("run %s: outbound URL refused: %s", job.run_id, exc)
+        else:
+            log.exception("run %s failed", job.run_id)
         error = public_error(exc)
-        await finish_safely(deps, job, RunStatus.FAILED, "error", result, None, error)
+        await finish_safely(deps, job, RunStatus.FAILED, StopReason.ERROR, result, None, error)
     finally:
         await guard(job.channel.close())
         job.done.set()
@@ -144,6 +156,18 @@ async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:
             merge_state(agent.state_dict(job.session_key), stored), session_id=job.session_key
         )
     return Turn(agent, None, {k: len(v) for k, v in stored.items()}, rev, budget)
+
+
+async def _input_only(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn | None:
+    """The turn of a run stopped before it began, with only its input added to the agent's
+    memory (None when that cannot be done: the input is then dropped, as before)."""
+    try:
+        turn = await _begin(deps, job, usage)
+        turn.agent.update_memory(job.message, session_id=job.session_key)
+    except Exception:
+        log.exception("run %s: keeping the input of an interrupted run failed", job.run_id)
+        return None
+    return turn
 
 
 async def _reload(deps: JobDeps, job: Job) -> dict[str, list[dict[str, Any]]]:

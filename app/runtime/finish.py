@@ -16,7 +16,7 @@ from app.runtime.public import run_public
 from app.runtime.runner import TurnResult
 from app.runtime.store import RunEnd, TurnLease
 from app.runtime.store.rows import new_rows
-from app.schemas.vocab import END_EVENT, RunStatus
+from app.schemas.vocab import END_EVENT, EventType, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ async def finish(
     )
     public = run_public(run)
     end_event = END_EVENT[status]
-    terminal: tuple[str, dict[str, Any]] = (end_event, {"run": public})
+    terminal: tuple[EventType, dict[str, Any]] = (end_event, {"run": public})
     if status == RunStatus.FAILED:
         terminal[1]["error"] = error
     if waits and run.pending is not None:

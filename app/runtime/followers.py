@@ -8,12 +8,10 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from app.db.models import Run, RunEvent
+from app.db.models import Run
 from app.runtime.events import Event, RunChannel
 from app.runtime.jobs import Job
+from app.runtime.store import RunStore
 from app.schemas.vocab import TERMINAL, WAITING, EventType, RunStatus, ends_stream
 
 KEEP_CHANNEL_S = 30.0  # finished runs are served from memory a little longer, then from the DB
@@ -26,10 +24,10 @@ class LiveRuns:
 
     def __init__(
         self,
-        sessionmaker: async_sessionmaker[AsyncSession],
+        store: RunStore,
         reap: Callable[[str, str], Awaitable[bool]],
     ) -> None:
-        self.sessionmaker = sessionmaker
+        self.store = store
         self.reap = reap  # close a run whose replica died (``Orphans.reap``)
         self.jobs: dict[str, Job] = {}
         self.channels: dict[str, RunChannel] = {}
@@ -93,28 +91,16 @@ class LiveRuns:
             return
         polls = 0
         while True:
-            async with self.sessionmaker() as db:
-                # The status first: a final status commits with the final events, so once it
-                # is read final the events read next include them.
-                found = (
-                    await db.execute(sa.select(Run.status, Run.session_pk).where(Run.id == run_id))
-                ).first()
-                rows = list(
-                    await db.scalars(
-                        sa.select(RunEvent)
-                        .where(RunEvent.run_id == run_id, RunEvent.seq > after)
-                        .order_by(RunEvent.seq)
-                    )
-                )
-            for row in rows:
-                after = row.seq
-                yield Event(row.seq, row.type, row.data)
+            found, rows = await self.store.events_after(run_id, after)
+            for i, (seq, type_, data) in enumerate(rows):
+                after = seq
+                yield Event(seq, EventType(type_), data)
                 # A pause ends the stream only while the run still waits there: a resumed
                 # run's log goes on after it (Last-Event-ID across the pause).
-                paused_before = row.type == EventType.RUN_REQUIRES_ACTION and (
-                    row is not rows[-1] or (found is not None and found[0] not in WAITING)
+                paused_before = type_ == EventType.RUN_REQUIRES_ACTION and (
+                    i < len(rows) - 1 or (found is not None and found[0] not in WAITING)
                 )
-                if ends_stream(row.type) and not paused_before:
+                if ends_stream(type_) and not paused_before:
                     return
             if found is None or found[0] in TERMINAL:
                 return

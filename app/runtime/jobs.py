@@ -19,16 +19,7 @@ from app.runtime.memory_cache import MemoryCache, current
 from app.runtime.registry import ServableAgent
 from app.runtime.store import RunStore, TurnLease
 from app.schemas.agents import AgentSpec
-from app.schemas.vocab import RunStatus
-
-# cancel mode -> (final status, whether completed messages are kept)
-CANCEL_MODES: dict[str, tuple[RunStatus, bool]] = {
-    "cancelled": (RunStatus.CANCELLED, False),
-    "client_disconnected": (RunStatus.CANCELLED, False),
-    "rollback": (RunStatus.CANCELLED, False),
-    "interrupt": (RunStatus.INTERRUPTED, True),
-    "shutdown": (RunStatus.INTERRUPTED, False),
-}
+from app.schemas.vocab import CancelMode
 
 
 @dataclass
@@ -43,13 +34,14 @@ class Job:
     rev: int | None = None  # the session's memory_rev read at admission (None: read at start)
     budget: BudgetFigures | None = None  # read at submission (None: read at start)
     charge_later: Callable[[str, int], Awaitable[None]] | None = None  # see Submission
+    instructions: str | None = None  # a system message for this turn only (instructions_scope)
     # The turn's lease (PostgreSQL: the session's run lock when its admission took it); the
     # run's task takes it over (``execution.execute``).
     lease: TurnLease = field(default_factory=TurnLease)
     tenant_limited: bool = True  # known at start: False when the tenant has no budget
     task: asyncio.Task[Any] | None = None  # its own, or the request's (``inline``)
     inline: bool = False  # run in the task of the request that waits for it (run_here)
-    cancel_mode: str | None = None
+    cancel_mode: CancelMode | None = None
     cancel_sent: bool = False  # an inline job's task was cancelled by RunManager.cancel
     started: bool = False  # holds the session (queued until then; for the queue-depth gauge)
     finishing: bool = False

@@ -30,6 +30,7 @@ class CancelBus:
         engine: AsyncEngine,
         on_cancel: Callable[[str, str], None],
         *,
+        enabled: bool = True,
         connect_timeout_s: float = 5.0,
         check_s: float = 10.0,
         backoff_s: float = 0.2,
@@ -37,7 +38,8 @@ class CancelBus:
     ) -> None:
         self.engine = engine
         self.on_cancel = on_cancel
-        self.enabled = engine.dialect.name == "postgresql"
+        # Only where other replicas may run this database's runs (``RunStore.replicas``).
+        self.enabled = enabled
         self.connect_timeout_s = connect_timeout_s
         self.check_s = check_s  # how often an idle listener is checked with a query
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s

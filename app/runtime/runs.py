@@ -24,14 +24,14 @@ from app.runtime.events import Event, RunChannel
 from app.runtime.execution import execute
 from app.runtime.followers import LiveRuns
 from app.runtime.jobs import Job, JobDeps, input_message
-from app.runtime.memory_cache import MemoryCache
+from app.runtime.memory_cache import Lists, MemoryCache
 from app.runtime.notify import CancelBus
 from app.runtime.orphans import Orphans
 from app.runtime.public import run_public
 from app.runtime.registry import ServableAgent
 from app.runtime.store import TurnLease, create_store
 from app.schemas.agents import AgentSpec
-from app.schemas.vocab import EventType
+from app.schemas.vocab import CancelMode, EventType
 
 __all__ = ["RunManager", "Submission", "run_public"]
 
@@ -60,21 +60,19 @@ class RunManager:
         self.store_s = store_s  # mid-run event storage interval (None: every flush)
         self.cancel_timeout_s = cancel_timeout_s
         self._background: set[asyncio.Task[Any]] = set()
-        self.bus = CancelBus(engine, self._remote_cancel)
+        self.bus = CancelBus(engine, self._remote_cancel, enabled=self.store.replicas)
         self.writes = self.store.writes  # SQLite: one write transaction at a time
         self.memory = MemoryCache()  # sessions' loaded memories (checked against memory_rev)
         # Runs of dead processes: closed at start-up, or taken over by this live replica.
-        self.orphans = Orphans(
-            sessionmaker, self.writes, self.locks, lambda run_id: run_id in self.jobs, run_public
-        )
-        self.live = LiveRuns(sessionmaker, self.orphans.reap)
+        self.orphans = Orphans(self.store, lambda run_id: run_id in self.jobs, run_public)
+        self.live = LiveRuns(self.store, self.orphans.reap)
         # The live registry's own dicts (callers and tests read them here).
         self.jobs: dict[str, Job] = self.live.jobs
         self.channels: dict[str, RunChannel] = self.live.channels
         self.finished: dict[str, Run] = self.live.finished
         self.finished_public: dict[str, dict[str, Any]] = self.live.finished_public
         self.cancels = Cancels(
-            self.jobs, sessionmaker, self.orphans, self.bus, cancel_timeout_s, self._background
+            self.jobs, self.store, self.orphans, self.bus, cancel_timeout_s, self._background
         )
         self.admissions = Admissions(self.store, self.orphans, self.cancel, self._start)
         self.deps = JobDeps(
@@ -88,8 +86,6 @@ class RunManager:
         # for ops, each decision's wait in seconds and outcome ("resumed", "timeout_cancelled").
         self.waiting_count = 0
         self.on_approval: Callable[[float, str], None] | None = None
-
-    public = staticmethod(run_public)
 
     @property
     def on_finished(self) -> Callable[[Run], None] | None:
@@ -144,6 +140,7 @@ class RunManager:
             rev=rev,
             budget=sub.budget if rev is not None else None,
             charge_later=sub.charge_later,
+            instructions=(sub.options or {}).get("instructions"),
             lease=lease.take(),
         )
         # run.created is the first event (seq 1) of every run.
@@ -187,10 +184,6 @@ class RunManager:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
-    def forget(self, job: Job) -> None:
-        """Called by a finished job (``LiveRuns.forget``)."""
-        self.live.forget(job)
-
     def resume(
         self,
         run: Run,
@@ -211,10 +204,27 @@ class RunManager:
             message=input_message(run.input),
             gen_params={},
             channel=channel,
+            instructions=(run.options or {}).get("instructions"),
             resume=resumption,
         )
         self._launch(job, inline)
         return job
+
+    def keep_memory(self, session_pk: str, rev: int, lists: Lists) -> None:
+        """Keep a session's memory written outside a run (PUT memory) at its revision ``rev``:
+        its next turn then neither reads nor re-validates it."""
+        self.memory.put(session_pk, rev, lists)
+
+    def stored_seq(self, run_id: str) -> int:
+        """The last event id of a run of this process stored so far (0: not ours, or none):
+        a stream of its events from there sends only what comes next."""
+        channel = self.channels.get(run_id)
+        return channel.stored if channel is not None else 0
+
+    async def close_waiting(self, run_id: str, mode: CancelMode) -> bool:
+        """End a run that waits for approval (nobody runs it) with ``mode``; False when it no
+        longer waits (resumed meanwhile, here or on another replica, or ended)."""
+        return await self.orphans.close(run_id, mode, waiting_only=True)
 
     def result(self, run_id: str) -> Run | None:
         """The final state of a run this process finished recently (None: read the database)."""
@@ -232,11 +242,11 @@ class RunManager:
     def _remote_cancel(self, run_id: str, mode: str) -> None:
         self.cancels.remote_cancel(run_id, mode)
 
-    async def cancel(self, run_id: str, mode: str = "cancelled") -> None:
+    async def cancel(self, run_id: str, mode: CancelMode = CancelMode.CANCELLED) -> None:
         """Cancel a run (reaching the model call and the tool) and wait for it to stop."""
         await self.cancels.cancel(run_id, mode)
 
-    def cancel_soon(self, run_id: str, mode: str) -> None:
+    def cancel_soon(self, run_id: str, mode: CancelMode) -> None:
         """Cancel from a context that is itself being cancelled (a dropped stream)."""
         self.cancels.cancel_soon(run_id, mode)
 
@@ -257,7 +267,7 @@ class RunManager:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waiting), grace_s)
         for run_id in list(self.jobs):
-            await self.cancel(run_id, "shutdown")
+            await self.cancel(run_id, CancelMode.SHUTDOWN)
         for task in list(self._background):
             with contextlib.suppress(BaseException):
                 await task

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.ops.budget import BudgetSpec
 from app.schemas.common import WHOLE, Int, Name, Page
+from app.schemas.vocab import StrategyName
 
 
 class GenParams(BaseModel):
@@ -123,7 +124,7 @@ class AgentSpec(BaseModel):
     max_turn: Int = Field(default=5, ge=1, le=100)
     # What a message to a busy session does when the request does not say (REST's
     # multitask_strategy, the OpenAI front door's X-Multitask-Strategy); None: reject.
-    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = None
+    multitask_strategy: StrategyName | None = None
     # kind "tool_agent": tool calls that wait for a person (with ``requires_approval`` tools).
     approval: ApprovalSpec | None = None
     # Other agents: inline specs, or stored agents by name (pinned when a session starts).
@@ -142,6 +143,10 @@ class AgentSpec(BaseModel):
     max_turns: Annotated[int, Field(ge=1, le=1000), WHOLE] | None = None
     max_stalled_steps: Annotated[int, Field(ge=1, le=100), WHOLE] | None = None  # None: 3
     run_budget: RunBudgetSpec | None = None
+    # kind "user_proxy" (agents.user_proxy): the person talks to ``agent`` through a user proxy
+    # that asks them per Byzer-Agent's human_input_mode (the run waits: docs/approvals.md).
+    human_input_mode: Literal["ALWAYS", "TERMINATE", "NEVER"] | None = None
+    max_consecutive_auto_reply: Annotated[int, Field(ge=0, le=100), WHOLE] | None = None
 
     def approval_tools(self) -> list[str] | None:
         """The tools whose calls wait for a person (``["*"]``: all); None: none do."""

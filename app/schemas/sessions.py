@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.agents import AgentName, GenParams
 from app.schemas.common import MessageIn, Name, Page
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import RunStatus, StrategyName
 
 
 class SessionCreate(BaseModel):
@@ -53,7 +53,7 @@ class RunCreate(BaseModel):
 
     message: MessageIn | str
     stream: bool = Field(default=False, strict=True)
-    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
+    multitask_strategy: StrategyName = "reject"
     on_disconnect: Literal["cancel", "continue"] = "cancel"
     gen_params: GenParams = Field(default_factory=GenParams)
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import Agent, AgentVersion
 from app.errors import ValidationFailed
-from app.runtime.reads import reading
+from app.runtime.store.reads import reading
 from app.schemas.agents import AgentSpec
 
 MAX_DEPTH = 8  # agents referring to agents referring to ...

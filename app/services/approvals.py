@@ -12,26 +12,23 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, cast
-
-import sqlalchemy as sa
+from typing import Any
 
 from agents.actions.approval import Decision, PendingApproval
 from agents.actions.signature import ArgumentError
-from app.db.base import transient, utcnow
-from app.db.models import Run, RunEvent
+from app.db.base import utcnow
+from app.db.models import Run
 from app.errors import NotFound, RunNotWaiting, Unavailable, ValidationFailed
 from app.runtime.approvals import Resumption, parse_time, timeout_decisions, waited_s
 from app.runtime.events import Event
-from app.runtime.reads import reading
+from app.runtime.store.reads import reading
 from app.schemas.sessions import ResumeRequest
-from app.schemas.vocab import EventType, RunStatus
+from app.schemas.vocab import CancelMode, EventType, RunStatus
 from app.services.agent_refs import pinned_spec
 from app.services.runs import get_run
 from app.state import AppState
 
 log = logging.getLogger(__name__)
-RUNS = cast(sa.Table, Run.__table__)
 TIMEOUT_CHECK_S = 1.0  # how often a replica looks for waiting runs past their deadline
 
 
@@ -135,51 +132,34 @@ def check_decisions(
 
 
 async def _claim(state: AppState, run_id: str) -> tuple[Run, list[Event]]:
-    """``requires_action`` → ``queued``, once: the run as it is now and its stored events."""
-    runs = state.run_manager
-    async with runs.writes.hold(), state.sessionmaker() as db, db.begin():
-        done = await db.execute(
-            sa.update(RUNS)
-            .where(RUNS.c.id == run_id, RUNS.c.status == RunStatus.REQUIRES_ACTION)
-            .values(status=RunStatus.QUEUED, pending=None, stop_reason=None)
-        )
-        if not getattr(done, "rowcount", 0):
-            status = await db.scalar(sa.select(Run.status).where(Run.id == run_id))
-            raise _not_waiting(run_id, str(status))
-        row = (await db.execute(sa.select(RUNS).where(RUNS.c.id == run_id))).mappings().one()
-        rows = (
-            await db.execute(
-                sa.select(RunEvent.seq, RunEvent.type, RunEvent.data)
-                .where(RunEvent.run_id == run_id)
-                .order_by(RunEvent.seq)
-            )
-        ).all()
-    run = transient(Run, **dict(row))
-    return run, [Event(seq, type_, data) for seq, type_, data in rows]
+    """``requires_action`` → ``queued``, once: the run as it is now and its stored events
+    (``RunStore.claim_waiting``); 409 when it no longer waits."""
+    claimed = await state.run_manager.store.claim_waiting(
+        # This replica runs it now (liveness sweeps a dead replica's runs by this column).
+        run_id,
+        {"replica": state.replica},
+    )
+    if isinstance(claimed, str):
+        raise _not_waiting(run_id, claimed)
+    run, rows = claimed
+    return run, [Event(seq, EventType(type_), data) for seq, type_, data in rows]
 
 
 async def check_timeouts(state: AppState) -> int:
     """Deny (or cancel) the waiting runs past their deadline; how many it handled."""
     now = utcnow()
-    async with state.sessionmaker() as db:
-        rows = (
-            await db.execute(
-                sa.select(Run.id, Run.tenant_id, Run.pending).where(
-                    Run.status == RunStatus.REQUIRES_ACTION
-                )
-            )
-        ).all()
+    rows = await state.run_manager.store.waiting_runs()
     state.run_manager.waiting_count = len(rows)
     handled = 0
     for run_id, tenant_id, pending in rows:
-        deadline = parse_time((pending or {}).get("deadline"))
-        if deadline is None or deadline > now:
+        deadline = parse_time(pending.get("deadline")) if pending else None
+        if pending is None or deadline is None or deadline > now:
             continue
         try:
             if (pending or {}).get("on_timeout") == "cancel":
                 # Only while it still waits: a run a person resumed meanwhile goes on.
                 runs = state.run_manager
-                if await runs.orphans.close(run_id, "approval_timeout", waiting_only=True):
+                if await runs.close_waiting(run_id, CancelMode.APPROVAL_TIMEOUT):
                     runs.on_approval_decided(waited_s(pending), "timeout_cancelled")
             else:
                 denials = [

@@ -14,9 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import sqlalchemy as sa
-
-from app.db.models import Run
 from app.errors import NotFound, RunNotWaiting
 from app.schemas.openai import ChatMessage
 from app.schemas.vocab import RunStatus
@@ -76,16 +73,12 @@ async def resume_from_tool_messages(
                 f"no run of session {session_id!r} waits for tool results", param="messages"
             ) from None
         check_session_agent(session_id, row_agent.id, row_agent.name, agent)
-        run_id = await db.scalar(
-            sa.select(Run.id).where(
-                Run.session_pk == row.pk, Run.status == RunStatus.REQUIRES_ACTION
-            )
-        )
+    waiting = await state.run_manager.store.run_ids(RunStatus.REQUIRES_ACTION, session_pk=row.pk)
+    run_id = waiting[0] if waiting else None
     if run_id is None:
         raise RunNotWaiting(
             f"no run of session {session_id!r} waits for tool results", param="messages"
         )
     decisions = [decision_of(m) for m in tools]
     await resume_run(state, tenant_id, run_id, decisions)
-    channel = state.run_manager.channels.get(run_id)
-    return run_id, channel.stored if channel is not None else 0
+    return run_id, state.run_manager.stored_seq(run_id)

@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from functools import partial
 from typing import Any
 
 from agents.llms.base import Usage
-from app.errors import Conflict, Unavailable
-from app.runtime.runs import Submission
-from app.runtime.store import TurnLease
+from app.errors import Unavailable
 from app.schemas.agents import GenParams
 from app.schemas.openai import ChatCompletionRequest
-from app.schemas.sessions import RunCreate, SessionCreate
 from app.schemas.vocab import END_EVENT, EventType, RunStatus, ends_stream
 from app.services.agent_directory import AgentInfo
 from app.services.chat import (
@@ -28,55 +24,29 @@ from app.services.chat import (
     wants_json,
 )
 from app.services.chat_pieces import Piece
-from app.services.runs import SessionNotFound, prepare_submission
-from app.services.sessions import create_session
+from app.services.turns import TurnEnd, TurnRequest, submit_turn
 from app.state import AppState
 
 
-async def session_submission(
-    state: AppState,
-    lease: TurnLease,
-    tenant_id: str,
-    agent: AgentInfo,
-    session_id: str,
-    req: ChatCompletionRequest,
-    strategy: str | None = None,
-) -> Submission:
-    """A run on the persistent session ``session_id`` (created on first use), prepared by the
-    same path as ``POST /v1/sessions/{id}/messages`` (``prepare_submission``: its lookup, its
-    budget preflight, its batched tenant usage); a busy session follows ``strategy`` (the
-    request's header), else the agent's, else ``reject``."""
-    _, text = split_input(req.messages)  # 400 before any statement
-    fields: dict[str, Any] = {
-        "message": text,
-        "stream": req.stream,
-        "on_disconnect": "continue",
-        "gen_params": GenParams.model_validate(req.gen_params()),
-    }
-    if strategy is not None:  # else the agent's default, as REST's omitted field
-        fields["multitask_strategy"] = strategy
-    body = RunCreate(**fields)
-    prepare = partial(
-        prepare_submission,
-        state,
-        lease,
-        tenant_id,
-        session_id,
-        body,
-        None,
-        agent=agent,
+def session_turn(
+    req: ChatCompletionRequest, strategy: str | None = None, idempotency_key: str | None = None
+) -> TurnRequest:
+    """The turn a chat request asks of its session: the trailing user messages as the message
+    (400 before any statement when the last message is not the user's), the request's
+    sampling fields as ``gen_params``, ``strategy`` (``X-Multitask-Strategy``; None: the
+    agent's default, else ``reject``), ``on_disconnect: continue``, ``source: openai``, and
+    its ``Idempotency-Key`` (a key sent before answers the run it started)."""
+    _, text = split_input(req.messages)
+    gen_params = GenParams.model_validate(req.gen_params()).to_kwargs()
+    return TurnRequest(
+        text,
+        gen_params=gen_params,
+        strategy=strategy,
+        stream=req.stream,
+        on_disconnect="continue",
         source="openai",
+        idempotency_key=idempotency_key,
     )
-    try:
-        return await prepare()
-    except SessionNotFound:
-        pass
-    async with state.sessionmaker() as db, db.begin():
-        try:
-            await create_session(db, tenant_id, SessionCreate(agent=agent.name, id=session_id))
-        except Conflict:  # a concurrent first request created it: use that one
-            pass
-    return await prepare()
 
 
 async def session_pieces(
@@ -86,31 +56,25 @@ async def session_pieces(
     session_id: str,
     req: ChatCompletionRequest,
     strategy: str | None = None,
+    idempotency_key: str | None = None,
 ) -> AsyncIterator[Piece]:
-    """A turn on a persistent session, submitted and run as ``POST /messages`` runs one: a
-    streamed request follows the run's own task; a whole answer runs it in this request's
-    task (``RunManager.run_here``) and is read from its end, kept in memory."""
-    runs = state.run_manager
-    async with runs.store.lease() as lease:
-        sub = await session_submission(state, lease, tenant_id, agent, session_id, req, strategy)
-        hold = holds_turns(sub.spec) or wants_json(req)
-        run, created = await runs.submit(sub, lease, inline=not req.stream)
-    if req.stream or not created:
-        return run_pieces(state, run.id, hold, req)
-    await runs.run_here(run.id)
-    return _finished_pieces(state, run.id, hold, req)
+    """A turn on the persistent session ``session_id`` (created on first use), submitted by
+    ``submit_turn`` as ``POST /messages`` submits one: a streamed request follows the run's
+    own task; a whole answer runs it in this request's task and is built from its end, kept
+    in memory."""
+    request = session_turn(req, strategy, idempotency_key)
+    turn = await submit_turn(state, tenant_id, session_id, request, agent=agent, create=True)
+    hold = holds_turns(turn.spec) or wants_json(req)
+    if not turn.inline:  # streamed, or the earlier run of its Idempotency-Key: followed
+        return run_pieces(state, turn.run_id, hold, req)
+    return _finished_pieces(await turn.finish(), hold, req)
 
 
 async def _finished_pieces(
-    state: AppState, run_id: str, hold: bool, req: ChatCompletionRequest
+    end: TurnEnd, hold: bool, req: ChatCompletionRequest
 ) -> AsyncIterator[Piece]:
-    """The end of a run this process just finished, from memory (else its stored log)."""
-    runs = state.run_manager
-    run, public = runs.result(run_id), runs.result_public(run_id)
-    if run is None or public is None:
-        async for piece in run_pieces(state, run_id, hold, req):
-            yield piece
-        return
+    """The answer of a run that just ended, from its end (``SubmittedTurn.finish``)."""
+    run, public = end.run, end.public
     data: dict[str, Any] = {"run": public}
     if run.status == RunStatus.FAILED:
         data["error"] = run.error

@@ -11,11 +11,9 @@ import asyncio
 from typing import Any
 
 from agents.actions.base import BaseAction, current_session_id
-from app.db.models import Run
 from app.schemas.common import MessageIn
-from app.schemas.sessions import RunCreate
 from app.schemas.vocab import RunStatus
-from app.services.runs import prepare_submission
+from app.services.turns import TurnRequest, submit_turn
 from app.state import AppState
 
 
@@ -41,21 +39,20 @@ class SendMessage(BaseAction):
         tenant_id, _, me = str(current_session_id.get()).partition(":")
         if not me or recipient == me:
             raise ValueError("the recipient must be another session of this tenant")
-        body = RunCreate(message=MessageIn(content=message, sender=me), multitask_strategy="reject")
-        manager = self.state.run_manager
-        async with manager.store.lease() as lease:
-            sub = await prepare_submission(self.state, lease, tenant_id, recipient, body, None)
-            run, _ = await manager.submit(sub, lease)
+        request = TurnRequest(
+            MessageIn(content=message, sender=me), strategy="reject", source="send_message"
+        )
+        # Its own task (inline=False): this tool runs inside the sender's run, whose usage and
+        # budget scopes the recipient's run must not share.
+        turn = await submit_turn(self.state, tenant_id, recipient, request, inline=False)
         try:
-            await asyncio.wait_for(manager.wait(run.id), self.timeout_s)
+            end = await asyncio.wait_for(turn.finish(), self.timeout_s)
         except BaseException:  # cancelled (or too slow): the recipient's run stops too
-            await asyncio.shield(manager.cancel(run.id))
+            await asyncio.shield(turn.cancel())
             raise
-        async with self.state.sessionmaker() as db:
-            done = await db.get(Run, run.id)
-        if done is None or done.status != RunStatus.COMPLETED or not done.output:
-            status = done.status if done is not None else "gone"
-            raise RuntimeError(f"session {recipient!r} did not answer (run {status})")
+        done = end.run
+        if done.status != RunStatus.COMPLETED or not done.output:
+            raise RuntimeError(f"session {recipient!r} did not answer (run {done.status})")
         return done.output.get("content")
 
 

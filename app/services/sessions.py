@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,7 +15,7 @@ from app.db.base import new_id, utcnow
 from app.db.models import Agent, Message, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
-from app.runtime.memory_cache import MemoryCache
+from app.runtime.memory_cache import Lists
 from app.runtime.messages import dump_message
 from app.runtime.store.rows import SESSIONS, load_state, memory_rev_bump
 from app.schemas.sessions import SessionCreate, SessionPublic, SessionUpdate
@@ -154,12 +155,13 @@ async def replace_memory(
     row: SessionRow,
     state: dict[str, Any],
     keys: set[str] | None = None,
-    cache: MemoryCache | None = None,
+    keep: Callable[[str, int, Lists], None] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Replace the stored state_dict (import, fork); entries must be AgentMessages.
 
-    ``cache``: once the caller's transaction commits, the new memory is kept there at its new
-    revision, so the session's next turn neither reads nor re-validates it."""
+    ``keep`` (``RunManager.keep_memory``): once the caller's transaction commits, the new
+    memory is kept in process at its new revision, so the session's next turn neither reads
+    nor re-validates it."""
     cleaned: dict[str, list[dict[str, Any]]] = {}
     for key, items in state.items():
         if keys is not None and key not in keys:
@@ -185,10 +187,10 @@ async def replace_memory(
     rev = await db.scalar(_touched(row).returning(SESSIONS.c.memory_rev))
     for key in keys or ():
         cleaned.setdefault(key, [])
-    if cache is not None and keys is not None and rev is not None:
+    if keep is not None and keys is not None and rev is not None:
         lists = {key: [load_message(m) for m in cleaned[key]] for key in keys}
         # Kept only if this transaction commits (its revision then names exactly this memory).
-        listen(db.sync_session, "after_commit", lambda _s: cache.put(row.pk, rev, lists), once=True)
+        listen(db.sync_session, "after_commit", lambda _s: keep(row.pk, rev, lists), once=True)
     return dict(sorted(cleaned.items()))
 
 

@@ -2,10 +2,16 @@
 import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from "./api.js";
 import { $, ACTIVE, ENDS, EV, V, ui } from "./common.js";
 import {
-  editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, syncKind,
+  editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, showVersion,
+  syncKind,
 } from "./editor.js";
+import { versionHooks } from "./versions.js";
 import { showTools, wireTools } from "./tools.js";
 import { renderSessions, setTitle, titleFrom, titleOf } from "./sessions.js";
+import { loadRunChoices, refreshTimeline } from "./timeline-tab.js";
+import { clearApprovals, renderApproval } from "./approvals.js";
+import { bubble, note, renderHistory, renderMessage, scrollDown, text } from "./transcript.js";
+import { showCode } from "./code.js";
 
 const WAITING = V.statuses.REQUIRES_ACTION;  // a run waiting for a person (approvals)
 
@@ -128,6 +134,7 @@ async function newSession() {
 async function selectSession(id) {
   detachRun();
   ui.session = id;
+  ui.timelineRun = null;
   store.set("session", id);
   await loadSessions();
   showChatTitle();
@@ -146,95 +153,10 @@ async function selectSession(id) {
   } else if (last && last.status === WAITING && last.required_action) {
     const run = newRun(last.id);  // waiting for a decision: ask for it again
     run.status = last.status;
-    renderApproval(run, last.required_action.tool_calls);
+    askApproval(run, last.required_action.tool_calls);
   }
-}
-
-// ---------------------------------------------------------------- transcript
-
-function bubble(kind, who) {
-  // A session's first message (sent, or replayed from a run after a reload) ends "No messages".
-  if (kind !== "note") for (const n of $("transcript").querySelectorAll(".msg-item.empty")) n.remove();
-  const el = document.createElement("div");
-  el.className = "msg-item " + kind;
-  const w = document.createElement("div");
-  w.className = "who";
-  w.textContent = who;
-  const body = document.createElement("div");
-  body.className = "body";
-  el.append(w, body);
-  $("transcript").appendChild(el);
-  scrollDown();
-  return el;
-}
-
-function scrollDown() {
-  const t = $("transcript");
-  t.scrollTop = t.scrollHeight;
-}
-
-function note(text) {
-  const el = bubble("note", "");
-  el.querySelector(".body").textContent = text;
-  return el;
-}
-
-function text(content) {
-  return typeof content === "string" ? content : JSON.stringify(content, null, 2);
-}
-
-// What a complete message is: the user's, a tool call, a tool result, or the agent's text.
-function classify(message) {
-  const f = message.formatted;
-  if (message.sender === "user") return "user";
-  if (f && typeof f === "object" && f.action && f.action.name) return "tool-call";
-  if (f && typeof f === "object" && ("result" in f || "errmsg" in f) && "type" in f) {
-    return "tool-result";
-  }
-  return "assistant";
-}
-
-function pre(content) {
-  const p = document.createElement("pre");
-  p.textContent = content;
-  return p;
-}
-
-// Fill ``el`` (a bubble) with ``message`` rendered by its kind.
-function renderMessage(el, message) {
-  const kind = classify(message);
-  el.className = "msg-item " + kind;
-  const who = el.querySelector(".who");
-  const body = el.querySelector(".body");
-  body.replaceChildren();
-  const f = message.formatted;
-  if (kind === "tool-call") {
-    who.textContent = message.sender + " calls " + f.action.name;
-    const params = f.action.parameters || {};
-    const code = params.command || params.code;
-    if (f.thought) body.appendChild(document.createTextNode(f.thought));
-    body.appendChild(pre(typeof code === "string" ? code : text(params)));
-  } else if (kind === "tool-result") {
-    const failed = Boolean(f.errmsg) || (f.state !== undefined && f.state !== 0);
-    if (failed) el.classList.add("error");
-    who.textContent = (f.type || "tool") + (failed ? " failed" : " result");
-    const parts = (f.result || []).map((r) => (typeof r === "object" ? text(r.content) : text(r)));
-    if (f.errmsg) parts.push(f.errmsg);
-    body.appendChild(pre(parts.join("\n") || text(message.content)));
-  } else {
-    who.textContent = message.sender || "agent";
-    body.textContent = text(message.content);
-  }
-  scrollDown();
-}
-
-function renderHistory(state) {
-  const t = $("transcript");
-  t.replaceChildren();
-  const key = "memory" in state ? "memory" : Object.keys(state)[0];
-  const messages = (state && state[key]) || [];
-  for (const m of messages) renderMessage(bubble("assistant", ""), m);
-  if (!messages.length) note("No messages yet. Say something.").classList.add("empty");
+  if (!$("pane-timeline").hidden) await loadRunChoices();
+  if (!$("pane-code").hidden) showCode();
 }
 
 function showMemory(state) {
@@ -249,7 +171,11 @@ async function refreshMemory() {
 // ---------------------------------------------------------------- runs
 
 function newRun(id) {
-  const run = { id, lastEventId: null, status: null, bubbles: {}, reader: null, detached: false };
+  const run = {
+    id, lastEventId: null, status: null, bubbles: {}, reader: null, detached: false,
+    spent: { prompt_tokens: 0, completion_tokens: 0 },  // from message events, while it runs
+    frames: [],  // its events but deltas (the timeline), from the first one when complete
+  };
   ui.run = run;
   return run;
 }
@@ -264,14 +190,11 @@ function detachRun() {
 }
 
 function setRunBar(run) {
+  ui.shownRun = run && run.id ? run.id : null;  // the run on the screen (View code)
   const badge = $("run-status");
   badge.textContent = run ? run.status : "no run";
   badge.dataset.status = run ? run.status : "";
-  const u = run && run.usage;
-  $("run-usage").textContent = u
-    ? u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens"
-    : "";
-  $("run-usage").title = u ? "usage: prompt, completion and total tokens" : "";
+  showUsage(run);
   $("run-id").textContent = run ? run.id.slice(0, 12) + "…" : "";
   $("run-id").title = run ? run.id : "";
   const active = Boolean(run && ACTIVE.has(run.status));
@@ -279,6 +202,27 @@ function setRunBar(run) {
   $("cancel").disabled = !active && !waiting;
   $("send").disabled = active || waiting || !ui.session;
   syncComposer();
+}
+
+// A run's usage when it is known: the run's own once it stopped; while it runs, the tokens
+// its model calls reported so far (message events), never a "0 + 0" that only means "not yet".
+function showUsage(run) {
+  const el = $("run-usage");
+  let label = "";
+  let title = "";
+  const u = run && run.usage;
+  const live = ui.run && run && ui.run.id === run.id ? ui.run.spent : null;
+  if (run && ACTIVE.has(run.status)) {
+    if (live && live.prompt_tokens + live.completion_tokens > 0) {
+      label = live.prompt_tokens + " in + " + live.completion_tokens + " out so far";
+      title = "tokens of the model calls that ended so far";
+    }
+  } else if (u && u.total_tokens > 0) {
+    label = u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens";
+    title = "usage: prompt, completion and total tokens";
+  }
+  el.textContent = label;
+  el.title = title;
 }
 
 function setComposer(enabled) {
@@ -323,6 +267,11 @@ function handleEvent(run, frame) {
       let el = run.bubbles[d.index];
       if (!el) el = run.bubbles[d.index] = bubble("assistant", "");
       renderMessage(el, d.message);
+      if (d.usage) {
+        run.spent.prompt_tokens += d.usage.prompt_tokens;
+        run.spent.completion_tokens += d.usage.completion_tokens;
+        showUsage({ id: run.id, status: run.status || V.statuses.RUNNING });
+      }
       break;
     }
     case EV.RUN_GAP:
@@ -342,7 +291,7 @@ function handleEvent(run, frame) {
       run.status = d.run.status;
       setRunBar(d.run);
       for (const el of Object.values(run.bubbles)) el.classList.remove("streaming");
-      renderApproval(run, d.tool_calls || []);
+      askApproval(run, d.tool_calls || []);
       break;
     }
     case EV.ERROR:
@@ -353,82 +302,16 @@ function handleEvent(run, frame) {
   }
 }
 
-// ---------------------------------------------------------------- approvals
-
-// A run waiting for approval (docs/approvals.md): each pending call with its arguments
-// (editable) and Approve / Deny / Run edited; once every call has a decision they go to
-// POST /v1/runs/{id}/resume and the page follows the run's next events.
-function renderApproval(run, calls) {
-  const box = $("approvals");
-  box.replaceChildren();
-  if (!calls.length) { box.hidden = true; return; }
-  const head = document.createElement("div");
-  head.className = "approvals-head";
-  head.textContent = calls.length === 1
-    ? "This tool call waits for your approval"
-    : calls.length + " tool calls wait for your approval";
-  box.append(head);
-  const decisions = {};
-  const decide = (row, id, decision) => {
-    decisions[id] = { id, ...decision };
-    for (const b of row.querySelectorAll("button, textarea, input")) b.disabled = true;
-    row.dataset.decided = decision.action;
-    if (Object.keys(decisions).length === calls.length) resume(run, calls, Object.values(decisions));
-  };
-  for (const call of calls) {
-    const row = document.createElement("div");
-    row.className = "approval";
-    row.dataset.callId = call.id;
-    const title = document.createElement("div");
-    title.className = "approval-title";
-    title.textContent = "⚙ " + call.name;
-    const args = document.createElement("textarea");
-    args.className = "approval-args mono";
-    args.rows = Math.min(8, JSON.stringify(call.arguments, null, 2).split("\n").length);
-    args.value = JSON.stringify(call.arguments, null, 2);
-    args.setAttribute("aria-label", "arguments of " + call.name + " (edit, then Run edited)");
-    const reason = document.createElement("input");
-    reason.className = "approval-reason";
-    reason.placeholder = "why not? (the model reads it)";
-    reason.setAttribute("aria-label", "reason for a denial");
-    const buttons = document.createElement("div");
-    buttons.className = "approval-buttons";
-    const button = (label, cls, onClick) => {
-      const b = document.createElement("button");
-      b.type = "button";
-      b.textContent = label;
-      b.className = cls;
-      b.addEventListener("click", onClick);
-      buttons.append(b);
-      return b;
-    };
-    button("Approve", "approve", () => decide(row, call.id, { action: "approve" }));
-    button("Deny", "deny", () => decide(row, call.id, { action: "deny", message: reason.value.trim() || null }));
-    button("Run edited", "edit", () => {
-      let edited;
-      try {
-        edited = JSON.parse(args.value);
-      } catch (err) {
-        note("the arguments are not JSON: " + err.message);
-        return;
-      }
-      decide(row, call.id, { action: "edit", arguments: edited });
-    });
-    row.append(title, args, reason, buttons);
-    box.append(row);
-  }
-  box.hidden = false;
+// A waiting run's calls, shown where the user sees them; decided, the run goes on.
+function askApproval(run, calls) {
+  run.calls = calls;
   goTo("chat");
-  box.querySelector("button.approve").focus();
-}
-
-function clearApprovals() {
-  $("approvals").hidden = true;
-  $("approvals").replaceChildren();
+  renderApproval(calls, (decisions) => resume(run, calls, decisions));
 }
 
 async function resume(run, calls, decisions) {
   clearApprovals();
+  run.calls = [];
   try {
     const resp = await fetch("/v1/runs/" + encodeURIComponent(run.id) + "/resume", {
       method: "POST",
@@ -441,7 +324,7 @@ async function resume(run, calls, decisions) {
     await followRun(run, resp);
   } catch (err) {
     note("the decision was not taken: " + err.message);
-    if (err instanceof ApiError && err.status === 422) renderApproval(run, calls);  // fix it
+    if (err instanceof ApiError && err.status === 422) askApproval(run, calls);  // fix it
   }
 }
 
@@ -453,6 +336,10 @@ async function readEvents(run, resp) {
       store.set("lastEventId." + run.id, frame.id);
     }
     handleEvent(run, frame);
+    if (frame.event !== EV.MESSAGE_DELTA) {
+      run.frames.push(frame);
+      refreshTimeline();
+    }
     if (ENDS.has(frame.event)) return true;
   }
   return false;
@@ -486,6 +373,8 @@ async function followRun(run, firstResponse) {
   if (!run.detached) {
     store.set("lastEventId." + run.id, null);
     await Promise.all([refreshMemory(), loadSessions()]).catch(() => {});
+    if (!$("pane-timeline").hidden) await loadRunChoices().catch(() => {});
+    if (!$("pane-code").hidden) showCode();
   }
 }
 
@@ -508,6 +397,9 @@ async function send(message) {
     const where = resp.headers.get("Content-Location");
     if (where) run.id = where.split("/").pop();
     nameAfter(ui.session, message);
+    ui.timelineRun = null;
+    if (!$("pane-timeline").hidden) loadRunChoices().catch(() => {});
+    if (!$("pane-code").hidden) showCode();
     await followRun(run, resp);
   } catch (err) {
     note("could not send: " + err.message);
@@ -563,17 +455,23 @@ function goTo(name) {
   if (NARROW.matches) showPanel(name);
 }
 
+const TABS = ["agent", "memory", "timeline", "code"];
+
 function showTab(name) {
-  for (const tab of ["agent", "memory"]) {
+  for (const tab of TABS) {
     const on = tab === name;
     $("tab-" + tab).setAttribute("aria-selected", String(on));
     $("tab-" + tab).tabIndex = on ? 0 : -1;
     $("pane-" + tab).hidden = !on;
   }
   if (name === "memory") refreshMemory().catch(() => {});
+  if (name === "timeline") loadRunChoices().catch((e) => note(e.message));
+  if (name === "code") showCode();
 }
 
 hooks.showTab = showTab;
+versionHooks.show = showVersion;
+versionHooks.rolledBack = (saved) => hooks.afterSave(saved);
 hooks.afterSave = async (saved) => {
   ui.agents = (await api("GET", "/v1/agents?limit=100")).data;
   setConn("connected · " + ui.agents.length + " agents", "ok");
@@ -618,16 +516,20 @@ function wire() {
   $("view-form").addEventListener("click", () => setView(false));
   $("view-json").addEventListener("click", () => setView(true));
   $("memory-refresh").addEventListener("click", () => refreshMemory().catch((e) => note(e.message)));
-  for (const tab of ["agent", "memory"]) {
+  TABS.forEach((tab, i) => {
     $("tab-" + tab).addEventListener("click", () => showTab(tab));
     $("tab-" + tab).addEventListener("keydown", (e) => {
       if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
-        const other = tab === "agent" ? "memory" : "agent";
+        const other = TABS[(i + (e.key === "ArrowRight" ? 1 : TABS.length - 1)) % TABS.length];
         showTab(other);
         $("tab-" + other).focus();
       }
     });
-  }
+  });
+  $("timeline-run").addEventListener("change", () => {
+    ui.timelineRun = $("timeline-run").value || null;
+    refreshTimeline().catch((e) => note(e.message));
+  });
   fillSelect($("f-kind"), V.kinds, "agent");
   wireTools();
   showTools({});

@@ -14,3 +14,14 @@ export const ui = {
   editing: null,       // the agent being edited (null: a new one)
   run: null,           // the followed run: {id, lastEventId, status, bubbles, reader, detached}
 };
+
+// What a complete message is: the user's, a tool call, a tool result, or the agent's text.
+export function classify(message) {
+  const f = message.formatted;
+  if (message.sender === "user") return "user";
+  if (f && typeof f === "object" && f.action && f.action.name) return "tool-call";
+  if (f && typeof f === "object" && ("result" in f || "errmsg" in f) && "type" in f) {
+    return "tool-result";
+  }
+  return "assistant";
+}

@@ -2,6 +2,7 @@
 import { api } from "./api.js";
 import { $, V, ui } from "./common.js";
 import { showTools, toolsSpec } from "./tools.js";
+import { loadVersions } from "./versions.js";
 
 // Set by app.js: what happens after a save, and how to show the editor's tab.
 export const hooks = { afterSave: async (_agent) => {}, showTab: (_name) => {} };
@@ -87,10 +88,20 @@ export function editAgent(agent) {
   if (jsonMode()) $("f-json").value = JSON.stringify(formAgent(), null, 2);
   $("agent-save").textContent = "Save version " + (agent.version + 1);
   $("agent-msg").textContent = "";
+  loadVersions(agent.name).catch(() => {});
+}
+
+// An older version's spec in the editor: Save makes it the next version (as a rollback does).
+export function showVersion(agent, version) {
+  editAgent({ ...agent, spec: version.spec });
+  $("agent-msg").textContent = "version " + version.version + " in the editor"
+    + (version.current ? "" : ": Save makes it version " + (agent.version + 1));
+  $("agent-msg").className = "msg";
 }
 
 export function newAgent() {
   ui.editing = null;
+  loadVersions(null);
   fillForm({ name: "", spec: { kind: "agent", model: ui.models[0] } });
   if (jsonMode()) $("f-json").value = JSON.stringify(formAgent(), null, 2);
   $("agent-save").textContent = "Create agent";

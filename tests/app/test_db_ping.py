@@ -92,3 +92,25 @@ async def test_a_connection_the_server_closed_is_replaced_without_a_round_trip(
         await asyncio.sleep(0.01)
     assert await backend_pid(engine) != first  # used moments ago, yet not used dead
     assert pings == [0]
+
+
+async def test_the_urls_ssl_parameter_reaches_asyncpg() -> None:
+    """docs/deploy.md, "TLS to the database": ``?ssl=disable`` turns asyncpg's TLS off (the
+    test server offers none: ``require`` is refused, which shows the parameter is used)."""
+    assert PG_URL
+    off = create_engine(PG_URL + "?ssl=disable", pool_size=1, max_overflow=0)
+    try:
+        async with off.connect() as conn:
+            ssl = await conn.scalar(
+                sa.text("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            )
+        assert ssl is False
+    finally:
+        await off.dispose()
+    required = create_engine(PG_URL + "?ssl=require", pool_size=1, max_overflow=0)
+    try:
+        with pytest.raises(Exception, match="SSL"):
+            async with required.connect():
+                pass
+    finally:
+        await required.dispose()

@@ -93,3 +93,26 @@ async def test_a_registered_backend_is_picked_by_its_config(
             turn = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "quiet"})
             assert turn.status_code == 200, turn.text
             assert turn.json()["message"]["content"] == "> QUIET"
+
+
+def test_a_scripted_template_fills_in_the_conversations_own_messages() -> None:
+    from app.models.scripted import create_scripted_handle
+
+    handle = create_scripted_handle(
+        {
+            "name": "t",
+            "backend": "scripted",
+            "replies": ["run {user}", "got {last}"],
+            "cycle": "conversation",
+            "template": True,
+        }
+    )
+    llm = handle.llm
+    one = [{"role": "user", "content": "x = 1"}]
+    assert llm.next_reply(one) == "run x = 1"  # type: ignore[attr-defined]
+    two = [
+        *one,
+        {"role": "assistant", "content": "run x = 1"},
+        {"role": "environment", "content": "1"},
+    ]
+    assert llm.next_reply(two) == "got 1"  # type: ignore[attr-defined]

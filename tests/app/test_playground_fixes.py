@@ -74,6 +74,9 @@ def test_the_defects_are_fixed(server: str) -> None:
             page.keyboard.type("count")
             page.keyboard.press("Enter")
             expect(box).to_have_attribute("placeholder", "ticker is answering… (Esc cancels)")
+            # Its one model call has not ended: no usage yet, rather than "0 in + 0 out".
+            expect(page.locator("#run-status")).to_have_text("running")
+            expect(page.locator("#run-usage")).to_have_text("")
             expect(page.locator("#transcript .msg-item.empty")).to_have_count(0)
             expect(last(page, ".msg-item.assistant .body")).to_contain_text("tick tick")
             page.reload()
@@ -200,3 +203,44 @@ def test_tools_mcp_servers_and_approval_in_the_form(page: Any, server: str) -> N
         spec = http.get("/v1/agents/formbot").json()["spec"]
         assert [t["name"] for t in spec["tools"]] == ["IPythonInteractive", "mcp"]
         assert spec["approval"] == {"tools": "all", "timeout_s": 600, "on_timeout": "cancel"}
+
+
+def test_agent_versions_shown_and_rolled_back(page: Any, server: str) -> None:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        first = {"name": "verse", "spec": {"kind": "agent", "model": "poet"}}
+        assert http.post("/v1/agents", json=first).status_code == 201
+        second = {"spec": {"kind": "agent", "model": "slow", "system_prompt": "Count."}}
+        assert http.put("/v1/agents/verse", json=second).status_code == 200
+        _connect(page)
+        page.locator("#agent-list button", has_text="verse").click()
+        versions = page.locator("#version-list li.version")
+        expect(versions).to_have_count(2)
+        expect(versions.nth(0)).to_contain_text("v2 (current) · agent · slow")
+        expect(versions.nth(1)).to_contain_text("v1 · agent · poet")
+        expect(versions.nth(0).locator(".version-rollback")).to_have_count(0)
+        # Show: version 1 in the editor, nothing saved.
+        versions.nth(1).locator(".version-show").click()
+        expect(page.locator("#f-model")).to_have_value("poet")
+        expect(page.locator("#f-system")).to_have_value("")
+        expect(page.locator("#agent-msg")).to_contain_text(
+            "version 1 in the editor: Save makes it version 3"
+        )
+        assert http.get("/v1/agents/verse").json()["version"] == 2
+        # Roll back: version 1's spec is current again, as version 3.
+        versions.nth(1).locator(".version-rollback").click()
+        expect(page.locator("#agent-msg")).to_contain_text(
+            "rolled back: version 1's spec is now version 3"
+        )
+        expect(versions).to_have_count(3)
+        expect(versions.nth(0)).to_contain_text("v3 (current) · agent · poet")
+        expect(page.locator("#agent-save")).to_have_text("Save version 4")
+        expect(page.locator("#agent-list")).to_contain_text("agent · poet · v3")
+        current = http.get("/v1/agents/verse").json()
+        assert current["version"] == 3 and current["spec"]["model"] == "poet"
+        shot(page, "23-versions")
+        # A new agent has none.
+        page.click("#agent-new")
+        expect(page.locator("#versions")).to_be_hidden()

@@ -113,7 +113,7 @@ async def _admitted(pool: Pool, session_pk: str) -> TurnLease:
     hold.pg = await raw.driver(hold.conn)
     await pg_sql.lock(hold.pg, hold.key)
     hold.locked = True
-    await pool.locks.take_slot()
+    assert await pool.locks.try_take_slot()
     hold.slot = True
     return hold
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -63,8 +64,25 @@ async def test_stream_run_sse_format(client: httpx.AsyncClient) -> None:
     deltas = "".join(f["data"]["delta"] for f in frames if f["event"] == "message.delta")
     assert deltas == "Roses are red."
     messages = [f["data"] for f in frames if f["event"] == "message"]
-    assert messages == [{"index": 0, "message": frames[-1]["data"]["run"]["output"]}]
-    assert frames[-1]["data"]["run"]["status"] == "completed"
+    assert [(m["index"], m["message"]) for m in messages] == [
+        (0, frames[-1]["data"]["run"]["output"])
+    ]
+    # When its step began, its first chunk and its end came (the timeline), and its tokens.
+    final = frames[-1]["data"]["run"]
+    (message,) = messages
+    times = [  # the message's times are to the millisecond
+        datetime.fromisoformat(t).replace(
+            microsecond=datetime.fromisoformat(t).microsecond // 1000 * 1000
+        )
+        for t in (final["started_at"], message["started_at"], message["first_at"], message["at"])
+    ]
+    assert times == sorted(times) and times[-1] <= datetime.fromisoformat(final["finished_at"])
+    assert message["at"].endswith("Z") and len(message["at"]) == len("2026-01-01T00:00:00.000Z")
+    assert message["usage"] == {
+        "prompt_tokens": final["usage"]["prompt_tokens"],
+        "completion_tokens": final["usage"]["completion_tokens"],
+    }
+    assert final["status"] == "completed"
 
 
 async def test_events_replay_after_the_run(client: httpx.AsyncClient) -> None:

@@ -36,7 +36,7 @@ from tests.app.conftest import (
 # (its own implicit transaction): lookup, admission (agentstation_admit, which takes the
 # session's run lock) and the run's end (one statement with CTEs, which also releases the run
 # lock at its commit; it was a 4th statement). Since the session's lookup is kept between turns
-# (a tenant and agent without budgets, app/services/runs.py: _look_up), a session's later turns
+# (a tenant and agent without budgets, app/services/turns.py: _look_up), a session's later turns
 # need no lookup: 6 statements in 2 transactions on SQLite, 2 statements on PostgreSQL.
 TURN_COST = {"sqlite": (6, 2), "postgresql": (2, 0)}
 

@@ -27,8 +27,7 @@ from app.main import create_app
 from app.runtime.runs import RunManager
 from app.runtime.store import SessionNotFound
 from app.runtime.store.locks import advisory_key, run_slots
-from app.schemas.sessions import RunCreate
-from app.services.runs import prepare_submission
+from app.services.turns import TurnRequest, prepare_submission
 from app.state import AppState
 from tests.app.conftest import (
     KEY_A,
@@ -132,9 +131,7 @@ async def test_a_refused_admission_returns_its_connection_and_slot(
         await replica.commit()
         with pytest.raises(SessionBusy):
             async with turns.runs.store.lease() as lease:
-                sub = await prepare_submission(
-                    turns.state, lease, "a", sid, RunCreate(message="x"), None
-                )
+                sub = await prepare_submission(turns.state, lease, "a", sid, TurnRequest("x"))
                 await turns.runs.submit(sub, lease)
         await turns.settled()
         assert lease.conn is None and not lease.slot
@@ -171,7 +168,7 @@ async def test_an_admitted_run_takes_the_lease_and_frees_the_session_at_its_end(
     sid = await make_session(turns.client)
     pk = await _session_pk(turns, sid)
     async with turns.runs.store.lease() as lease:
-        sub = await prepare_submission(turns.state, lease, "a", sid, RunCreate(message="x"), None)
+        sub = await prepare_submission(turns.state, lease, "a", sid, TurnRequest("x"))
         run, created = await turns.runs.submit(sub, lease)
         assert created
     # The request's block is over; the run's task holds the lock (it took the lease).
@@ -194,7 +191,7 @@ async def test_a_run_cancelled_before_its_first_step_ends_and_lets_its_lease_go(
     sid = await make_session(turns.client)
     pk = await _session_pk(turns, sid)
     async with turns.runs.store.lease() as lease:
-        sub = await prepare_submission(turns.state, lease, "a", sid, RunCreate(message="x"), None)
+        sub = await prepare_submission(turns.state, lease, "a", sid, TurnRequest("x"))
         run, _ = await turns.runs.submit(sub, lease)
         job = turns.runs.jobs[run.id]
         await turns.runs.cancel(run.id)

@@ -18,6 +18,8 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from tests.app.conftest import KEY_A
 from tests.resilience.procs import Service, running
@@ -26,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CODEX = ROOT / ".tools" / "codex" / "node_modules" / ".bin" / "codex"
 SDK_PYTHON = ROOT / ".venv-agents-sdk" / "bin" / "python"
 SDK_SCRIPT = Path(__file__).with_name("agents_sdk_client.py")
+STREAM_EVENT: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 INSTALL_HINT = "run `bash scripts/install-clients.sh` (part of `make install`)"
 
 # The scripted answers (cycle "conversation": the reply after as many as the history holds).
@@ -70,6 +74,8 @@ class RecordingProxy:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.requests: list[tuple[str, str, Any]] = []
+        # (path, status, content type, body) of every answer, as the client received it.
+        self.answers: list[tuple[str, int, str, bytes]] = []
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -97,9 +103,20 @@ class RecordingProxy:
                 if key.lower() not in ("content-length", "transfer-encoding", "connection"):
                     out.headers[key] = value
             await out.prepare(request)
+            body = bytearray()
+            gone = False  # a client may hang up once it has its terminal event (Codex does)
             async for chunk in upstream.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
+                body += chunk
+                if not gone:
+                    try:
+                        await out.write(chunk)
+                    except ConnectionResetError:
+                        gone = True
+            ctype = upstream.headers.get("Content-Type", "")
+            self.answers.append((request.path, upstream.status, ctype, bytes(body)))
+            if not gone:
+                with contextlib.suppress(ConnectionResetError):
+                    await out.write_eof()
             return out
 
     async def _start(self) -> None:
@@ -133,6 +150,32 @@ class RecordingProxy:
     def bodies(self, path: str = "/v1/responses") -> list[dict[str, Any]]:
         """The JSON bodies POSTed to ``path``, in order."""
         return [b for m, p, b in self.requests if m == "POST" and p == path]
+
+
+def check_answers(answers: list[tuple[str, int, str, bytes]]) -> int:
+    """Validate every 200 answer of ``POST /v1/responses`` in ``answers`` (a proxy's) against the
+    ``openai`` package's own models (``Response``; ``ResponseStreamEvent`` for each event,
+    with strictly increasing ``sequence_number``s and one terminal event last); returns
+    how many were checked."""
+    checked = 0
+    for path, status, ctype, body in answers:
+        if path != "/v1/responses" or status != 200:
+            continue
+        checked += 1
+        if "text/event-stream" not in ctype:
+            Response.model_validate_json(body)
+            continue
+        events = [
+            STREAM_EVENT.validate_json(line[6:])
+            for line in body.decode().splitlines()
+            if line.startswith("data: ")
+        ]
+        numbers = [e.sequence_number for e in events]
+        assert numbers == sorted(set(numbers)), numbers
+        assert events[0].type == "response.created", events[0]
+        assert events[-1].type in TERMINAL, events[-1]
+        assert not [e for e in events[:-1] if e.type in TERMINAL]
+    return checked
 
 
 def _clean_env() -> dict[str, str]:

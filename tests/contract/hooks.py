@@ -54,6 +54,8 @@ STATE_CODES = frozenset(
         "not_supported",
         "missing_field",
         "url_not_allowed",
+        # The Responses API: a finished response cannot be cancelled (OpenAI's 400).
+        "response_not_cancellable",
     }
 )
 
@@ -106,6 +108,8 @@ def _pin_body(label: str, body: Any, heads: bool) -> None:
         return
     if label in ("POST /v1/agents", "PUT /v1/agents/{name}"):
         _pin_spec(body.get("spec"))
+    elif label == "POST /v1/agents/{name}/rollback" and heads:
+        body["version"] = 1  # the seeded agent's first version
     elif label == "POST /v1/sessions" and _name(body.get("agent")):
         body["agent"] = SEEDS["agent"]
     elif label == "POST /v1/chat/completions" and _name(body.get("model")):
@@ -114,6 +118,8 @@ def _pin_body(label: str, body: Any, heads: bool) -> None:
         last = messages[-1] if isinstance(messages, list) and messages else {}
         to_agent = heads and isinstance(last, dict) and last.get("role") == "user"
         body["model"] = SEEDS["agent"] if to_agent else SEEDS["model"]
+    elif label == "POST /v1/responses" and _name(body.get("model")):
+        body["model"] = SEEDS["agent"] if heads else SEEDS["model"]
     elif label == "PUT /v1/sessions/{session_id}/memory" and body:
         entries = next(iter(body.values()))
         body.clear()
@@ -127,6 +133,7 @@ def _after(path: str) -> str | None:
         "/v1/agents": SEEDS["agent"],
         "/v1/sessions": SEEDS["sessions"][0],
         "/v1/sessions/{session_id}/runs": SEEDS["run"],
+        "/v1/agents/{name}/versions": "1",
     }.get(path)
 
 
@@ -135,7 +142,7 @@ def filter_case(context: Any, case: Any) -> bool:
     """No DELETE of the seeded agent or sessions."""
     if case.operation.method.upper() != "DELETE":
         return True
-    kept = {SEEDS["agent"], *SEEDS["sessions"]}
+    kept = {SEEDS["agent"], *SEEDS["sessions"], SEEDS.get("response"), SEEDS.get("conversation")}
     return not set(map(str, (case.path_parameters or {}).values())) & kept
 
 
@@ -163,6 +170,12 @@ def map_case(context: Any, case: Any) -> Any:
             params[name] = SEEDS["run"]
         elif name == "model_id":
             params[name] = SEEDS["model"]
+        elif name == "response_id" and not delete and SEEDS.get("response"):
+            params[name] = SEEDS["response"]
+        elif name == "conversation_id" and not delete and SEEDS.get("conversation"):
+            params[name] = SEEDS["conversation"]
+        elif name == "version":  # the seeded agent's first version
+            params[name] = "1"
     case.path_parameters = params
     query = case.query
     if isinstance(query, dict):

@@ -48,6 +48,8 @@ def seed(client: httpx.Client) -> dict[str, Any]:
     for name in ("s1", "s2"):
         ok(client.post("/v1/sessions", json={"agent": "helper", "id": name}))
     run = ok(client.post("/v1/sessions/s1/messages", json={"message": "hi"}))["run"]
+    response = ok(client.post("/v1/responses", json={"model": "echo", "input": "hi"}))
+    conversation = ok(client.post("/v1/conversations", json={}))
     agents = [f"gone-{i}" for i in range(10)]
     for name in agents:
         ok(client.post("/v1/agents", json={"name": name, "spec": spec}))
@@ -59,6 +61,8 @@ def seed(client: httpx.Client) -> dict[str, Any]:
         "model": "echo",
         "sessions": ["s1", "s2"],
         "run": run["id"],
+        "response": response["id"],
+        "conversation": conversation["id"],
         "throwaway_agents": agents,
         "throwaway_sessions": sessions,
     }

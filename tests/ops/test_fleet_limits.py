@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.ops.budget_store import set_tenant_budget
+from app.ops.ratelimit import RateLimit
 from app.ops.shared_limits import FleetLimiter, PgRateLimiter
 from app.services.auth import ensure_tenant
 from tests.app.conftest import KEY_A, KEY_B, make_settings, migrated_pg_database
@@ -155,3 +156,16 @@ async def test_tenant_token_budget_is_one_count_for_the_fleet(pg_url: str) -> No
     refused = answers[admitted:]
     assert {r.json()["error"]["code"] for r in refused} == {"budget_exceeded"}
     assert len({str(r.request.url.host) for r in refused}) == 3  # every replica refuses
+
+
+async def test_an_unreachable_database_falls_back_to_counting_per_replica() -> None:
+    # A raw-model request needs no database: a database outage must not fail it at the limiter.
+    engine = create_async_engine(
+        "postgresql+asyncpg://postgres@127.0.0.1:9/none", connect_args={"timeout": 2}
+    )
+    limiter = PgRateLimiter(RateLimit.parse("2/minute"), engine)
+    try:
+        waits = [await limiter.admit("key:k") for _ in range(3)]
+    finally:
+        await engine.dispose()
+    assert waits[:2] == [0.0, 0.0] and waits[2] > 0

@@ -7,8 +7,9 @@ events, memory revision), drop what a paused run stored, and write a session's m
 the session's busy rule. ``create_store`` (``app/runtime/store/__init__.py``) picks the one
 implementation for the database once, at start-up:
 
-- ``SqliteRunStore`` (``sqlite.py``): SQLAlchemy Core statements on the loop's thread, one
-  write transaction at a time (``WriteGate``);
+- ``SqliteRunStore`` (``sqlite.py``): a turn's two writes (admission, end) as plain
+  statements on the connection's ``sqlite3`` handle, on the loop's thread, one write
+  transaction at a time (``WriteGate``); its lookup one SQLAlchemy query;
 - ``PgRunStore`` (``postgres.py``): the turn's statements sent straight to asyncpg, admission
   as one server-side function (``agentstation_admit``), the end as one statement that also
   releases the session's run lock.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,12 +39,13 @@ from app.db.models import Session as SessionRow
 from app.errors import NotFound
 from app.ops.budget import BudgetSpec
 from app.runtime.budgets import BudgetFigures, read_figures
-from app.runtime.reads import reading
+from app.runtime.events import gap_event
 from app.runtime.store.locks import SessionLocks, TurnLease, lock_for_transaction
+from app.runtime.store.reads import reading
 from app.runtime.store.rows import bump_memory_rev, load_state
-from app.runtime.writes import WriteGate
+from app.runtime.store.writes import WriteGate
 from app.schemas.agents import AgentSpec
-from app.schemas.vocab import ACTIVE, BUSY, RunStatus
+from app.schemas.vocab import ACTIVE, BUSY, TERMINAL, WAITING, EventType, RunStatus
 
 RUNS = cast(sa.Table, Run.__table__)  # Core statements: no ORM bookkeeping for rows nobody holds
 EVENTS = cast(sa.Table, RunEvent.__table__)
@@ -143,13 +145,17 @@ class RunEnd:
 class RunStore(ABC):
     """A session turn's statements (see the module's docstring)."""
 
-    postgres = False
-
     def __init__(self, engine: AsyncEngine, sessionmaker: async_sessionmaker[AsyncSession]):
         self.engine = engine
         self.sessionmaker = sessionmaker
         self.locks = SessionLocks(engine)
         self.writes = WriteGate(engine)  # SQLite: one write transaction at a time
+
+    @property
+    def replicas(self) -> bool:
+        """Whether other processes may run this database's runs (``SessionLocks.replicas``):
+        cancels are then published to them, and runs of dead ones taken over."""
+        return self.locks.replicas
 
     def lease(self) -> TurnLease:
         """A new turn's lease (empty until its lookup or admission uses it)."""
@@ -218,6 +224,124 @@ class RunStore(ABC):
         """The session's stored memory (state_dict entries per key, oldest first)."""
         async with reading(self.engine, self.sessionmaker) as db:
             return await load_state(db, session_pk)
+
+    async def claim_waiting(
+        self, run_id: str, values: dict[str, Any] | None = None
+    ) -> tuple[Run, list[tuple[int, str, dict[str, Any]]]] | str:
+        """A run waiting for approval claimed to go on (``requires_action`` → ``queued``, by
+        one conditional UPDATE: of two claims exactly one wins), with ``values`` (more
+        columns to set); the run as it is now and its stored events (seq, type, data). When it
+        does not wait: its status (``"None"`` for an unknown run)."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            done = await db.execute(
+                sa.update(RUNS)
+                .where(RUNS.c.id == run_id, RUNS.c.status == RunStatus.REQUIRES_ACTION)
+                .values(status=RunStatus.QUEUED, pending=None, stop_reason=None, **(values or {}))
+            )
+            if not getattr(done, "rowcount", 0):
+                return str(await db.scalar(sa.select(RUNS.c.status).where(RUNS.c.id == run_id)))
+            row = (await db.execute(sa.select(RUNS).where(RUNS.c.id == run_id))).mappings().one()
+            events = (
+                await db.execute(
+                    sa.select(EVENTS.c.seq, EVENTS.c.type, EVENTS.c.data)
+                    .where(EVENTS.c.run_id == run_id)
+                    .order_by(EVENTS.c.seq)
+                )
+            ).all()
+        return transient(Run, **dict(row)), [(seq, type_, data) for seq, type_, data in events]
+
+    async def run_status(self, run_id: str) -> str | None:
+        """A run's stored status (None: no such run)."""
+        async with self.sessionmaker() as db:
+            return await db.scalar(sa.select(RUNS.c.status).where(RUNS.c.id == run_id))
+
+    async def events_after(
+        self, run_id: str, after: int
+    ) -> tuple[tuple[str, str] | None, list[tuple[int, str, dict[str, Any]]]]:
+        """A run's (status, session pk) (None: no such run) and its stored events after
+        ``after`` (seq, type, data). The status is read first: a final status commits with
+        the final events, so once it is read final the events read next include them."""
+        async with self.sessionmaker() as db:
+            found = (
+                await db.execute(
+                    sa.select(RUNS.c.status, RUNS.c.session_pk).where(RUNS.c.id == run_id)
+                )
+            ).first()
+            rows = (
+                await db.execute(
+                    sa.select(EVENTS.c.seq, EVENTS.c.type, EVENTS.c.data)
+                    .where(EVENTS.c.run_id == run_id, EVENTS.c.seq > after)
+                    .order_by(EVENTS.c.seq)
+                )
+            ).all()
+        status = (found[0], found[1]) if found is not None else None
+        return status, [(seq, type_, data) for seq, type_, data in rows]
+
+    async def run_ids(self, *statuses: str, session_pk: str | None = None) -> list[str]:
+        """Ids of the runs with one of ``statuses`` (of one session), oldest first."""
+        query = sa.select(RUNS.c.id).where(RUNS.c.status.in_(statuses))
+        if session_pk is not None:
+            query = query.where(RUNS.c.session_pk == session_pk)
+        async with self.sessionmaker() as db:
+            return list(await db.scalars(query.order_by(RUNS.c.created_at)))
+
+    async def active_runs(self) -> list[tuple[str, str]]:
+        """(id, session pk) of every queued or running run (recovery at start-up)."""
+        async with self.sessionmaker() as db:
+            rows = await db.execute(
+                sa.select(RUNS.c.id, RUNS.c.session_pk).where(RUNS.c.status.in_(ACTIVE))
+            )
+            return [(run_id, pk) for run_id, pk in rows]
+
+    async def waiting_runs(self) -> list[tuple[str, str, dict[str, Any] | None]]:
+        """(id, tenant, pending) of every run waiting for approval (deadline checks)."""
+        async with self.sessionmaker() as db:
+            rows = await db.execute(
+                sa.select(RUNS.c.id, RUNS.c.tenant_id, RUNS.c.pending).where(
+                    RUNS.c.status == RunStatus.REQUIRES_ACTION
+                )
+            )
+            return [(run_id, tenant, pending) for run_id, tenant, pending in rows]
+
+    async def close_run(
+        self,
+        run_id: str,
+        status_of: Callable[[str], RunStatus],
+        mode: str,
+        public: Callable[[Run], dict[str, Any]],
+        waiting_only: bool = False,
+    ) -> bool:
+        """End an active run nobody runs (``Orphans.close``): status ``status_of(mode)``, stop
+        reason ``mode``, the memory it stored while waiting dropped, then a ``run.gap`` (ids
+        its owner may have sent unstored) and ``run.cancelled``; True if it did. ``waiting_only``:
+        only a run still waiting for approval."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            # Locked: a live owner cannot raise its reservation meanwhile (it requires the run
+            # active, and waits for this row, so sees it closed).
+            run = await db.get(Run, run_id, with_for_update=True)
+            if run is None or run.status in TERMINAL:
+                return False
+            if waiting_only and run.status not in WAITING:
+                return False
+            # Messages of a run not yet ended exist only if it waited for a person (stored at
+            # the pause): the session's memory goes back to before the run (a tool-call reply
+            # must not stay without its result).
+            dropped = await db.execute(sa.delete(Message).where(Message.run_id == run_id))
+            if getattr(dropped, "rowcount", 0):
+                await bump_memory_rev(db, run.session_pk)
+            run.pending = None
+            run.status = status_of(mode)
+            run.stop_reason, run.finished_at = mode, utcnow()
+            last = sa.select(sa.func.max(EVENTS.c.seq)).where(EVENTS.c.run_id == run_id)
+            stored = await db.scalar(last) or 0
+            seq = max(stored, run.seq_reserved)
+            gap = gap_event(stored, run.seq_reserved, mode)
+            events = [gap] if gap is not None else []
+            events.append((EventType.RUN_CANCELLED, {"run": public(run)}))
+            for offset, (type_, data) in enumerate(events, 1):
+                db.add(RunEvent(run_id=run_id, seq=seq + offset, type=type_, data=data))
+            run.seq_reserved = seq + len(events)
+        return True
 
     async def append_events(self, rows: list[dict[str, Any]]) -> None:
         """Store event rows (run_id, seq, type, data, created_at) in one transaction."""

@@ -123,6 +123,12 @@ class SessionLocks:
             with contextlib.suppress(BaseException):
                 await task
 
+    @property
+    def replicas(self) -> bool:
+        """Whether other processes may run this database's runs (PostgreSQL: the session's
+        run lock is shared by every replica; SQLite: one process per database)."""
+        return self.postgres
+
     async def try_take_slot(self) -> bool:
         """Take a run slot if one is free now; never waits (an admission must not wait for a
         slot while it holds a pooled connection: with the pool nearly all slots, requests
@@ -131,10 +137,6 @@ class SessionLocks:
             return False
         await self._slots.acquire()  # a free slot: returns without suspending
         return True
-
-    async def take_slot(self) -> None:
-        """Count a run that holds its session's lock from admission on (``held``)."""
-        await self._slots.acquire()
 
     async def release(self, hold: TurnLease) -> None:
         """Release the run lock and return its connection (once)."""

@@ -13,19 +13,17 @@ from app.db.base import transient
 from app.db.models import Run
 from app.db.models import Session as SessionRow
 from app.errors import NotFound, SessionBusy
-from app.runtime.reads import reading
 from app.runtime.store import pg_sql
 from app.runtime.store.base import Admitted, Found, RunEnd, RunStore, SessionNotFound, pinned
 from app.runtime.store.locks import TurnLease, advisory_key
-from app.schemas.vocab import RunStatus
+from app.runtime.store.reads import reading
+from app.schemas.vocab import MultitaskStrategy, RunStatus
 
 log = logging.getLogger(__name__)
 
 
 class PgRunStore(RunStore):
     """``RunStore`` on PostgreSQL."""
-
-    postgres = True
 
     async def lookup(self, lease: TurnLease, tenant_id: str, session_id: str) -> Found:
         async with lease.using() as pg:
@@ -62,11 +60,11 @@ class PgRunStore(RunStore):
             got = await pg_sql.admit(
                 pg,
                 run,
-                strategy == "reject",
+                strategy == MultitaskStrategy.REJECT,
                 take,
                 advisory_key("admit:" + run.session_pk),
                 lease.key,
-                wait_busy=strategy == "enqueue",
+                wait_busy=strategy == MultitaskStrategy.ENQUEUE,
             )
             lease.locked = got is not None and got.status == RunStatus.RUNNING
         if not lease.locked:

@@ -18,16 +18,35 @@ from app.runtime.messages import dump_message, jsonable
 SESSIONS = cast(sa.Table, SessionRow.__table__)  # Core statements: no ORM bookkeeping
 
 
+# A fork's marker row (key ``FORK_KEY``, index 0): the session's memory starts with the first
+# ``counts[key]`` entries of session ``parent_pk``'s memory, shared, not copied (a fork at a
+# run, app.services.forks). Replacing or resetting the memory deletes the marker with the rows.
+FORK_KEY = "~fork"
+
+
 async def load_state(db: AsyncSession, session_pk: str) -> dict[str, list[dict[str, Any]]]:
-    """The stored state_dict of a session (entries oldest first)."""
+    """The stored state_dict of a session (entries oldest first), a fork's shared prefix
+    included."""
     rows = await db.execute(
-        sa.select(Message.key, Message.data)
+        sa.select(Message.key, Message.index, Message.data)
         .where(Message.session_pk == session_pk)
         .order_by(Message.key, Message.index)
     )
     state: dict[str, list[dict[str, Any]]] = {}
-    for key, data in rows:
+    fork: dict[str, Any] | None = None
+    whole: set[str] = set()  # keys whose own rows start at 0 (rewritten: no shared prefix)
+    for key, index, data in rows:
+        if key == FORK_KEY:
+            fork = data
+            continue
+        if key not in state and index == 0:
+            whole.add(key)
         state.setdefault(key, []).append(data)
+    if fork is not None:
+        parent = await load_state(db, str(fork["parent_pk"]))
+        for key, count in dict(fork.get("counts") or {}).items():
+            if key not in whole and count:
+                state[key] = parent.get(key, [])[: int(count)] + state.get(key, [])
     return state
 
 

@@ -30,7 +30,6 @@ from app.db.models import Session as SessionRow
 from app.errors import NotFound, SessionBusy
 from app.ops.budget_store import session_tokens
 from app.runtime.public import columns
-from app.runtime.reads import reading
 from app.runtime.store.base import (
     Admitted,
     Found,
@@ -40,7 +39,8 @@ from app.runtime.store.base import (
     pinned,
 )
 from app.runtime.store.locks import TurnLease
-from app.schemas.vocab import BUSY, WAITING, RunStatus
+from app.runtime.store.reads import reading
+from app.schemas.vocab import BUSY, WAITING, MultitaskStrategy, RunStatus
 
 _BUSY = ", ".join(f"'{status.value}'" for status in BUSY)
 ACTIVE_RUNS = f"""\
@@ -164,7 +164,10 @@ class SqliteRunStore(RunStore):
                     active = [run_id for _, run_id, _ in rows if run_id is not None]
                     waiting = any(status in WAITING for _, _, status in rows)
                     # A run waiting for a person is never queued behind (enqueue refuses).
-                    if active and (strategy == "reject" or (waiting and strategy == "enqueue")):
+                    if active and (
+                        strategy == MultitaskStrategy.REJECT
+                        or (waiting and strategy == MultitaskStrategy.ENQUEUE)
+                    ):
                         raise SessionBusy(run.session_id)
                     # An idle session's run is ``running`` from the start (no second write);
                     # behind another run it is ``queued`` until that one ends.

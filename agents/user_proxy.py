@@ -1,0 +1,248 @@
+"""Byzer-Agent's (AutoGen's) ``UserProxyAgent``: the person in a conversation of named agents,
+and ``Conversation``, a user proxy and its peer served as one agent that can wait for the person.
+
+``human_input_mode`` says when the person is asked for the proxy's reply:
+
+- ``"ALWAYS"``: for every message it receives. Their text is the reply; an empty answer lets
+  the proxy's automatic replies answer (none without a model: the conversation ends); ``exit``
+  ends the conversation.
+- ``"TERMINATE"``: only when a message terminates the conversation or the proxy made
+  ``max_consecutive_auto_reply`` answers; an empty answer or ``exit`` ends it, a text goes on.
+- ``"NEVER"``: never (Byzer-Agent's README uses this, with ``max_consecutive_auto_reply=0``).
+
+The person is asked through ``human_input`` (a callable, sync or async, given the prompt), by
+default the console. With ``human_input=WAIT`` the question becomes an approval: the proxy
+raises ``HumanInputRequired`` with a pending call ``human_input`` (arguments ``{"prompt"}``);
+``Conversation`` turns that into a paused turn (``conversation.pending[session]``), continued
+by ``resume`` with a decision: ``edit({"reply": text})`` answers ``text``, ``approve`` answers
+nothing (an empty answer), ``deny`` is ``exit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, Final, Literal
+
+from agents.actions.approval import Decision, PendingApproval, PendingCall, as_decisions
+from agents.actions.approval import new_call_id as _new_id
+from agents.agent import AsyncAgent, BaseAgent
+from agents.conversable import AgentDirectory, ConversableAgent, ReplyResult
+from agents.llms.base import AsyncBaseLLM
+from agents.memory import SessionId
+from agents.schema import AgentMessage
+
+HumanInputMode = Literal["ALWAYS", "TERMINATE", "NEVER"]
+WAIT: Final = "wait"  # human_input=WAIT: the question waits for a person (an approval)
+HUMAN_INPUT: Final = "human_input"  # the pending call's name
+EXIT_WORDS = frozenset({"exit"})
+
+
+class HumanInputRequired(Exception):
+    """The proxy waits for the person's reply to ``peer`` (``human_input=WAIT``)."""
+
+    def __init__(self, call: PendingCall, peer: str) -> None:
+        super().__init__(f"waiting for the person's reply to {peer}")
+        self.call = call
+        self.peer = peer
+
+
+class UserProxyAgent(ConversableAgent):
+    """The person's stand-in in a conversation; asks them per ``human_input_mode``."""
+
+    def __init__(
+        self,
+        name: str,
+        llm: AsyncBaseLLM | None = None,
+        system_message: str | None = None,
+        agent: BaseAgent | None = None,
+        directory: AgentDirectory | None = None,
+        max_consecutive_auto_reply: int = 10,
+        is_termination_msg: Callable[[AgentMessage], bool] | None = None,
+        human_input_mode: HumanInputMode = "ALWAYS",
+        human_input: Callable[[str], Any] | str | None = None,
+        retrieval: Any = None,  # Byzer-Agent's argument; this port has no retrieval service
+    ) -> None:
+        if human_input_mode not in ("ALWAYS", "TERMINATE", "NEVER"):
+            raise ValueError("human_input_mode must be 'ALWAYS', 'TERMINATE' or 'NEVER'")
+        super().__init__(
+            name, llm=llm, system_message=system_message, agent=agent, directory=directory,
+            max_consecutive_auto_reply=max_consecutive_auto_reply,
+            is_termination_msg=is_termination_msg,
+        )  # fmt: skip
+        self.human_input_mode = human_input_mode
+        self.human_input = human_input
+        self.register_reply(None, UserProxyAgent.check_termination_and_human_reply)
+
+    async def get_human_input(self, prompt: str, peer: str) -> str:
+        """The person's answer to ``prompt`` (``human_input``; the console by default)."""
+        if self.human_input == WAIT:
+            call = PendingCall(_new_id(), HUMAN_INPUT, {"prompt": prompt, "peer": peer})
+            raise HumanInputRequired(call, peer)
+        if callable(self.human_input):
+            answer = self.human_input(prompt)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            return str(answer or "")
+        return await asyncio.to_thread(input, prompt)
+
+    async def check_termination_and_human_reply(
+        self, message: AgentMessage, history: list[AgentMessage], sender: ConversableAgent
+    ) -> ReplyResult:
+        """AutoGen's rule: ask the person when the mode says so; their text is the reply."""
+        terminating = self.is_termination_msg(message) or (
+            self._auto_replies.get(sender.name, 0) >= self.max_consecutive_auto_reply
+        )
+        if self.human_input_mode == "NEVER":
+            return (True, None) if terminating else (False, None)
+        if self.human_input_mode == "TERMINATE" and not terminating:
+            return False, None
+        prompt = f"{sender.name}: {message.content}\n> "
+        answer = (await self.get_human_input(prompt, sender.name)).strip()
+        return self.human_answer(answer, terminating)
+
+    def human_answer(self, answer: str, terminating: bool) -> ReplyResult:
+        """(final, reply) for the person's ``answer``."""
+        if answer.lower() in EXIT_WORDS:
+            return True, None
+        if answer:
+            return True, answer
+        if self.human_input_mode == "TERMINATE" or terminating:
+            return True, None  # nothing to say to a closing message: the conversation ends
+        return False, None  # an empty answer: the automatic replies may answer
+
+
+class Conversation(AsyncAgent):
+    """A user proxy and its peer as one agent: each turn's message starts a conversation
+    from the proxy; every message of it is streamed (END chunks with sender and receiver),
+    the last one is the reply. A proxy with ``human_input=WAIT`` pauses the turn
+    (``pending[session]``, like a tool agent's approval) until ``resume``."""
+
+    def __init__(
+        self, user: UserProxyAgent, recipient: ConversableAgent, name: str | None = None
+    ) -> None:
+        super().__init__(memory=None, name=name or recipient.name)
+        self.user = user
+        self.recipient = recipient
+        self.pending: dict[SessionId, PendingApproval] = {}
+        for participant in (user, recipient):  # their memories are the session's
+            if participant.agent is not None:
+                self.__dict__["_registries"]["agent"][participant.name] = participant.agent
+
+    def _scope(self, session_id: SessionId) -> None:
+        def same(peer: str) -> SessionId:
+            return session_id
+
+        for participant in self.user.directory.agents.values():
+            participant.session_of = same
+
+    async def _talk(self, session_id: SessionId, start: Any) -> AsyncIterator[AgentMessage]:
+        """Run ``start`` (a coroutine that talks) and stream the messages it delivers."""
+        queue: asyncio.Queue[AgentMessage | None] = asyncio.Queue()
+        directory = self.user.directory
+        before = directory.on_message
+        directory.on_message = queue.put_nowait
+        self._scope(session_id)
+        failure: list[BaseException] = []
+
+        async def run() -> None:
+            try:
+                await start
+            except HumanInputRequired as waiting:
+                state = PendingApproval([waiting.call], extra={"peer": waiting.peer})
+                self.pending[session_id] = state
+            except BaseException as exc:  # re-raised in the stream
+                failure.append(exc)
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.create_task(run())
+        try:
+            while (message := await queue.get()) is not None:
+                yield message
+        finally:
+            directory.on_message = before
+            if not task.done():
+                task.cancel()
+        if failure:
+            raise failure[0]
+
+    async def forward(
+        self, *message: AgentMessage, session_id: SessionId = 0, **kwargs: Any
+    ) -> AsyncIterator[AgentMessage]:
+        text = message[-1].content if message else ""
+        last: AgentMessage | None = None
+        async for item in self._talk(session_id, self.user.initiate_chat(self.recipient, text)):
+            last = item
+            yield item
+        if last is None:
+            yield AgentMessage(sender=self.name, content="")
+
+    def decision(
+        self, decisions: Mapping[str, Any] | Iterable[Any], pending: PendingApproval
+    ) -> Decision:
+        """The one decision for the waiting question (ValueError otherwise)."""
+        chosen = as_decisions(decisions)
+        ids = [c.id for c in pending.calls]
+        if sorted(chosen) != sorted(ids):
+            raise ValueError(f"one decision is needed for the pending call {ids}")
+        decision = chosen[ids[0]]
+        if decision.action == "edit" and not isinstance(
+            (decision.arguments or {}).get("reply"), str
+        ):
+            raise ValueError("an edit of human_input needs {'reply': <text>}")
+        return decision
+
+    def resume_stream(
+        self,
+        decisions: Mapping[str, Any] | Iterable[Any],
+        session_id: SessionId = 0,
+        pending: PendingApproval | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AgentMessage]:
+        """Go on with the person's answer (``edit({"reply": text})``, ``approve``: nothing,
+        ``deny``: exit): it is sent to the peer, and the conversation continues."""
+        waiting = pending if pending is not None else self.pending.pop(session_id, None)
+        if waiting is None:
+            raise ValueError("no question of this session waits for the person")
+        decision = self.decision(decisions, waiting)
+        peer = self.user.directory.get(str(waiting.extra.get("peer") or self.recipient.name))
+        answer = {"edit": str((decision.arguments or {}).get("reply", "")), "approve": ""}
+        text = answer.get(decision.action, "exit")
+        _, reply = self.user.human_answer(text.strip(), terminating=False)
+        return self._continue(self._resumed(session_id, peer, reply), session_id)
+
+    async def _resumed(
+        self, session_id: SessionId, peer: ConversableAgent, reply: Any
+    ) -> AsyncIterator[AgentMessage]:
+        last: AgentMessage | None = None
+        if reply is not None:
+            async for item in self._talk(session_id, self.user.send(reply, peer)):
+                last = item
+                yield item
+        if last is None:
+            yield AgentMessage(sender=self.name, content="")
+
+    async def resume(
+        self,
+        decisions: Mapping[str, Any] | Iterable[Any],
+        session_id: SessionId = 0,
+        pending: PendingApproval | None = None,
+    ) -> AgentMessage:
+        """``resume_stream`` to its last message."""
+        reply: AgentMessage | None = None
+        async for chunk in self.resume_stream(decisions, session_id, pending):
+            reply = chunk
+        assert reply is not None
+        return reply
+
+
+__all__ = [
+    "HUMAN_INPUT",
+    "WAIT",
+    "Conversation",
+    "HumanInputMode",
+    "HumanInputRequired",
+    "UserProxyAgent",
+]

@@ -1,0 +1,214 @@
+"""The OpenAI Responses API: ``/v1/responses`` (docs/responses.md).
+
+``POST /v1/responses`` is a fast-path route (app/api/fastpath.py: it carries every turn of a
+Responses client); the others are declared. Every answer about a response carries
+``X-Session-Id``: the session that runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from app.api.event_stream import EventStreamResponse
+from app.api.fastpath import RequestOnlyRoute, documented, header_parameter
+from app.api.sse import SSE_RESPONSES, frame
+from app.deps import PrincipalDep, StateDep, app_state, authenticate, json_body, validated_body
+from app.errors import AppError, BadRequest, public_error
+from app.models.encoded import dumps
+from app.schemas.responses import ResponseCreate, ResponseCreateDoc
+from app.schemas.vocab import RunStatus
+from app.services import responses as service
+from app.services import responses_ids as ids
+from app.services import responses_read as read
+from app.services.responses_ids import ROUTE_KEY_HEADER
+from app.services.responses_input import parse_input
+from app.services.responses_stateless import stateless_events
+from app.state import AppState
+
+router = APIRouter(prefix="/v1", tags=["responses"])
+log = logging.getLogger(__name__)
+SESSION_HEADER = "X-Session-Id"
+ROUTE_KEY_MAX = 128
+
+_CREATE_DOC = documented(
+    ResponseCreateDoc,
+    header_parameter(
+        ROUTE_KEY_HEADER,
+        {"type": "string", "maxLength": ROUTE_KEY_MAX},
+        "The route key of new ids (set by the load balancer; docs/responses.md)",
+        titled=False,
+    ),
+)
+
+
+def _json(body: dict[str, Any], session_id: str | None, status: int = 200) -> Response:
+    headers = {SESSION_HEADER: session_id} if session_id else None
+    return Response(dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def _session_of(run: Any) -> str:
+    return str(run.session_id)
+
+
+def event_stream(
+    state: AppState,
+    events: AsyncIterator[dict[str, Any]],
+    session_id: str | None,
+    on_drop: Any = None,
+) -> EventStreamResponse:
+    """Responses stream events as SSE (``event:`` its type, ``data:`` the event)."""
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        ended = False
+        try:
+            async for event in events:
+                yield frame(dumps(event), event=event["type"])
+                ended = event["type"] in _TERMINAL
+            ended = True
+        except Exception as exc:  # headers are sent: report in-stream, then end
+            ended = True
+            if not isinstance(exc, AppError):
+                log.exception("responses stream failed")
+            error = public_error(exc)
+            body = {"type": "error", "code": error.get("code"), "message": error.get("message"),
+                    "param": error.get("param"), "sequence_number": -1}  # fmt: skip
+            yield frame(dumps(body), event="error")
+        finally:
+            if not ended and on_drop is not None:
+                on_drop()
+
+    headers = {"Cache-Control": "no-cache"}
+    if session_id:  # none for a store: false answer that ran in no session
+        headers[SESSION_HEADER] = session_id
+    return EventStreamResponse(frames(), state.settings.sse_ping_s, headers)
+
+
+_TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+async def create_response(request: Request) -> Response:
+    """Create a response: run the model or agent on the input, answered whole, streamed, or
+    at once (``background``)."""
+    data = await json_body(request)
+    who = await authenticate(request)
+    route_header = request.headers.get(ROUTE_KEY_HEADER)
+    if route_header is not None and len(route_header) > ROUTE_KEY_MAX:
+        raise BadRequest(
+            f"{ROUTE_KEY_HEADER}: String should have at most {ROUTE_KEY_MAX} characters",
+            param=ROUTE_KEY_HEADER,
+            code="invalid_value",
+        )
+    req = validated_body(ResponseCreate, data)
+    state = app_state(request)
+    inp = parse_input(req.items())  # 400 naming the item before anything is stored
+    if inp.approvals:  # decisions about a waiting agent's calls: that response goes on
+        return await _approved(state, who, req, inp)
+    if service.stateless(req) and (handle := await service.raw_model(state, who, req.model)):
+        # Nothing to keep or continue: the raw model answers in the request (no session).
+        rid = ids.mint(ids.RESPONSE, ids.route_key(route_header))
+        events = stateless_events(state, who.tenant_id, handle, req, inp, rid, not req.stream)
+        if req.stream:
+            return event_stream(state, events, None)
+        last: dict[str, Any] = {}
+        async for event in events:
+            last = event
+        return _json(last["response"], None)
+    agent = await service.agent_for(state, who, req.model)
+    planned = await service.plan(state, who, req, agent, route_header)
+    turn = await service.start(state, who, req, planned, inp)
+    run = turn.run
+    if planned.forget and not turn.inline:
+        service.forget_later(state, who.tenant_id, planned.session_id, run.id)
+    if req.stream:
+        events = read.response_events(state, run)
+        return event_stream(state, events, planned.session_id, turn.on_drop)
+    if req.background:
+        body = read.response_base(run)
+        body["status"] = "queued" if run.status == RunStatus.QUEUED else "in_progress"
+        return _json(body, planned.session_id)
+    await turn.finish(request.is_disconnected)
+    body = await read.final_response(state, run)
+    if planned.forget:
+        await service.forget_session(state, who.tenant_id, planned.session_id)
+    return _json(body, planned.session_id)
+
+
+async def _approved(state: AppState, who: Any, req: ResponseCreate, inp: Any) -> Response:
+    """The response that waited for approval, going on with the decisions."""
+    run, after = await service.resume_approved(state, who, req, inp)
+    if req.stream:
+        return event_stream(state, read.response_events(state, run, after), run.session_id)
+    if req.background:
+        body = await read.response_now(state, run)
+        body["status"] = "in_progress"  # it went on; poll it
+        return _json(body, run.session_id)
+    await state.run_manager.wait(run.id)
+    return _json(await read.final_response(state, run), run.session_id)
+
+
+router.add_api_route(
+    "/responses",
+    create_response,
+    methods=["POST"],
+    response_model=None,
+    responses=SSE_RESPONSES,
+    openapi_extra=_CREATE_DOC,
+    route_class_override=RequestOnlyRoute,
+    summary="Create a response",
+)
+
+
+@router.get("/responses/{response_id}", response_model=None, responses=SSE_RESPONSES)
+async def get_response(
+    response_id: str,
+    state: StateDep,
+    who: PrincipalDep,
+    stream: bool = False,
+    starting_after: Annotated[int | None, Query(ge=-1)] = None,
+    include: Annotated[list[str] | None, Query(alias="include[]")] = None,
+) -> Response:
+    """A response; with ``stream=true`` its events after ``starting_after``, live until it
+    ends."""
+    run = await service.response_run(state, who.tenant_id, response_id, "response_id")
+    if stream:
+        after = -1 if starting_after is None else starting_after
+        return event_stream(state, read.response_events(state, run, after), _session_of(run))
+    return _json(await read.response_now(state, run), _session_of(run))
+
+
+@router.delete("/responses/{response_id}", response_model=None)
+async def delete_response(response_id: str, state: StateDep, who: PrincipalDep) -> Response:
+    """Delete a response (a running one is cancelled first); its turn stays in the session's
+    memory (the chain's later responses still see it)."""
+    run = await service.response_run(state, who.tenant_id, response_id, "response_id")
+    await service.delete_response(state, run)
+    body = {"id": response_id, "object": "response.deleted", "deleted": True}
+    return _json(body, _session_of(run))
+
+
+@router.post("/responses/{response_id}/cancel", response_model=None)
+async def cancel_response(response_id: str, state: StateDep, who: PrincipalDep) -> Response:
+    """Cancel a background response (its model call and tools stop); a finished one cannot
+    be cancelled."""
+    run = await service.response_run(state, who.tenant_id, response_id, "response_id")
+    run = await service.cancel_response(state, run)
+    return _json(await read.response_now(state, run), _session_of(run))
+
+
+@router.get("/responses/{response_id}/input_items", response_model=None)
+async def list_input_items(
+    response_id: str,
+    state: StateDep,
+    who: PrincipalDep,
+    order: Literal["asc", "desc"] = "desc",
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> Response:
+    """The response's input items."""
+    run = await service.response_run(state, who.tenant_id, response_id, "response_id")
+    return _json(read.input_items(run, order, after, limit), _session_of(run))

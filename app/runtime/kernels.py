@@ -1,0 +1,77 @@
+"""A session's kernel is never lost silently: the gateway's kernel pool records which kernel
+(replica and kernel name) each session's agent last ran code in (``session_kernels``), and a
+cell that had to start a fresh kernel where the session had one before emits
+``kernel.restarted`` on the run's event stream and tells the model in the tool's output.
+
+Reasons: ``replica_changed`` (the session's previous kernel lived on another replica: it moved,
+e.g. its replica died or the balancer's ring changed) or ``kernel_stopped`` (same replica; the
+kernel was stopped: idle timeout, eviction, a crash or a cell past its timeout). Files in the
+session's work dir survive only where the work dir is shared (docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from agents.sandbox import CellResult, KernelPool, SandboxConfig
+from app.runtime.events import RunChannel
+from app.runtime.store.fleet import FleetStore
+from app.schemas.vocab import EventType
+
+NOTE = (
+    "Note: this session's Python kernel was restarted before this cell (variables, imports "
+    "and functions defined in earlier turns are gone; define them again)."
+)
+
+
+@dataclass(frozen=True)
+class _Turn:
+    session_pk: str
+    channel: RunChannel
+
+
+_TURN: ContextVar[_Turn | None] = ContextVar("agentstation_kernel_turn", default=None)
+
+
+@contextmanager
+def kernel_turn(session_pk: str, channel: RunChannel) -> Iterator[None]:
+    """Cells run within are the session's: a restart is recorded and reported on ``channel``."""
+    token = _TURN.set(_Turn(session_pk, channel))
+    try:
+        yield
+    finally:
+        _TURN.reset(token)
+
+
+class FleetKernelPool(KernelPool):
+    """The gateway's kernel pool: ``KernelPool`` that records and reports kernel restarts."""
+
+    def __init__(self, config: SandboxConfig, replica: str) -> None:
+        super().__init__(config)
+        self.replica = replica
+        self.fleet: FleetStore | None = None  # set once the database is up (app/main.py)
+
+    async def execute(
+        self, session_key: str, code: str, *, agent: str = "default", timeout_s: float | None = None
+    ) -> CellResult:
+        result = await super().execute(session_key, code, agent=agent, timeout_s=timeout_s)
+        turn = _TURN.get()
+        if result.fresh and turn is not None and self.fleet is not None:
+            owner = f"{self.replica}/{result.kernel}"
+            before = await self.fleet.record_kernel(turn.session_pk, agent, owner)
+            if before is not None:
+                moved = before.split("/", 1)[0] != self.replica
+                reason = "replica_changed" if moved else "kernel_stopped"
+                await turn.channel.emit(
+                    EventType.KERNEL_RESTARTED, {"agent": agent, "reason": reason}
+                )
+                result.notes.insert(0, NOTE)
+        return result
+
+    async def forget_session(self, session_pk: str) -> None:
+        """The session's kernels were stopped on purpose (reset, delete): no restart to tell."""
+        if self.fleet is not None:
+            await self.fleet.forget_kernels(session_pk)

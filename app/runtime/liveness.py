@@ -1,0 +1,115 @@
+"""Replica liveness: each replica beats in the database and sweeps the runs of dead ones.
+
+Every ``beat_s`` a replica writes its heartbeat (``replicas.beat_at``, its state ``live`` or
+``draining``) and looks for dead replicas (app/runtime/store/fleet.py: a stale heartbeat, or
+no database connection left). For each dead replica it closes its active runs, found by
+``runs.replica``:
+
+- a ``running`` run is closed ``interrupted`` (stop reason ``replica_lost``): a dead replica's
+  connections, and so its session locks, are gone (a stale one's are ended first, ``fence``);
+- a ``queued`` run (it was waiting for its session on the dead replica) is closed
+  ``interrupted`` too: it is *failed*, not taken up, because its turn's request was answered
+  (or streamed) by the dead replica, which alone knew how to deliver it. Its client sees the
+  run's terminal event (``run.cancelled`` with status ``interrupted``) and sends the turn again.
+
+Each close writes the run's terminal event (and a ``run.gap`` for ids its owner may have sent),
+so followers through any replica end their streams. With the defaults (``beat_s`` 2, ``ttl_s``
+60) a SIGKILLed or crashed replica's runs are closed within about ``beat_s`` (its connections
+close with it), a vanished host's within about 11 s more (its connections' TCP keepalive,
+app/db/engine.py), and a hung replica that keeps its connections within ``ttl_s + beat_s``
+(a TTL much lower fenced live replicas whose event loop was starved on a loaded host).
+Concurrent sweeps by several replicas are safe: closing a run is a conditional update of its
+row (``Orphans.close``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+from collections.abc import Callable
+
+from app.runtime.orphans import Orphans
+from app.runtime.store.fleet import FleetStore
+
+log = logging.getLogger(__name__)
+
+LOST = "replica_lost"  # the stop reason of a dead replica's runs
+
+
+def new_replica_id(name: str = "") -> str:
+    """A new id for this process: random, then ``name`` or the host name (at most 45
+    characters, so ``agentstation:<id>`` fits PostgreSQL's 63-byte ``application_name``)."""
+    return f"{secrets.token_hex(6)}-{(name or socket.gethostname())[:32]}"
+
+
+class Liveness:
+    """This replica's heartbeat and its sweep of dead replicas' runs."""
+
+    def __init__(
+        self,
+        fleet: FleetStore,
+        orphans: Orphans,
+        replica: str,
+        draining: Callable[[], bool],
+        beat_s: float = 2.0,
+        ttl_s: float = 60.0,
+    ) -> None:
+        self.fleet = fleet
+        self.orphans = orphans
+        self.replica = replica
+        self.draining = draining
+        self.beat_s = beat_s
+        self.ttl_s = ttl_s
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Register (the first beat), then beat and sweep in the background."""
+        await self.fleet.beat(self.replica, self.state)
+        self._task = asyncio.create_task(self._loop())
+
+    async def recovering(self, session_pk: str) -> bool:
+        """Whether an active run of the session belongs to a dead replica (being closed)."""
+        return await self.fleet.orphaned(session_pk, self.replica, self.ttl_s)
+
+    @property
+    def state(self) -> str:
+        return "draining" if self.draining() else "live"
+
+    async def aclose(self) -> None:
+        """Stop beating and remove this replica's row (its runs were ended by then)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self.fleet.leave(self.replica)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.beat_s)
+            try:
+                await self.fleet.beat(self.replica, self.state)
+                await self.sweep()
+            except Exception:  # the database is away: beat again next time
+                log.warning("replica heartbeat or sweep failed", exc_info=True)
+
+    async def sweep(self) -> int:
+        """Close the active runs of dead replicas; how many were closed."""
+        closed = 0
+        for dead in await self.fleet.dead_replicas(self.replica, self.ttl_s):
+            if dead.stale:
+                log.warning("replica %s missed its heartbeats: ending its connections", dead.id)
+                await self.fleet.fence(dead.id)
+            # Its session locks went with its connections (or with the fence): no lock to
+            # take first; a concurrent closer (another replica, a turn's admission) is
+            # serialised by the run's row lock in ``close``.
+            for run in await self.fleet.active_runs(dead.id):
+                closed += await self.orphans.close(run.id, LOST)
+            if await self.fleet.active_runs(dead.id):
+                continue  # a lock still held (a fenced backend ending): the next sweep
+            await self.fleet.forget(dead.id)
+            log.warning("replica %s is gone: its runs were closed", dead.id)
+        return closed

@@ -1,0 +1,182 @@
+"""The fleet's statements: replicas' heartbeats, a dead replica's active runs, and which kernel
+a session's agent last used (migration 0010). ``create_fleet_store`` picks the implementation
+for the database once, at start-up, as ``create_store`` does for the run store.
+
+On PostgreSQL a replica is dead when its heartbeat is older than the TTL or when none of its
+connections is left (``pg_stat_activity``: every connection of a replica has the
+``application_name`` ``agentstation:<id>``, app/db/engine.py); a SIGKILLed replica's
+connections close with it, so it is seen at the next sweep. A replica declared dead while its
+connections live on (hung, partitioned) is fenced: its backends are ended, which releases its
+session locks and fails its writes. SQLite serves one process: there is no other replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.db.base import utcnow
+from app.db.engine import APPLICATION_PREFIX
+from app.db.models import Replica, Run, SessionKernel
+from app.runtime.store.writes import WriteGate
+from app.schemas.vocab import ACTIVE
+
+REPLICAS = cast(sa.Table, Replica.__table__)
+KERNELS = cast(sa.Table, SessionKernel.__table__)
+# pg_stat_activity.application_name keeps at most 63 bytes.
+NAME_MAX = 63
+
+
+@dataclass(frozen=True)
+class DeadReplica:
+    """A replica found dead: ``stale`` when its heartbeat is (it may still be connected)."""
+
+    id: str
+    stale: bool
+
+
+@dataclass(frozen=True)
+class OrphanRun:
+    """An active run of a dead replica."""
+
+    id: str
+    session_pk: str
+    status: str
+
+
+class FleetStore:
+    """Statements both databases run alike; ``PgFleetStore`` adds what needs other replicas."""
+
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], writes: WriteGate) -> None:
+        self.sessionmaker = sessionmaker
+        self.writes = writes
+
+    async def beat(self, replica: str, state: str) -> None:
+        """This replica's heartbeat (inserts its row if it has none: at start, or after a
+        live replica took it for dead and removed it)."""
+
+    async def leave(self, replica: str) -> None:
+        """This replica stops: its row goes."""
+
+    async def dead_replicas(self, me: str, ttl_s: float) -> list[DeadReplica]:
+        """Replicas other than ``me`` that are dead."""
+        return []
+
+    async def fence(self, replica: str) -> None:
+        """End a replica's database connections (its locks go, its writes fail)."""
+
+    async def orphaned(self, session_pk: str, me: str, ttl_s: float) -> bool:
+        """Whether an active run of the session belongs to a dead replica (not ``me``)."""
+        return False
+
+    async def active_runs(self, replica: str) -> list[OrphanRun]:
+        """``replica``'s queued and running runs."""
+        async with self.sessionmaker() as db:
+            rows = await db.execute(
+                sa.select(Run.id, Run.session_pk, Run.status).where(
+                    Run.replica == replica, Run.status.in_(ACTIVE)
+                )
+            )
+            return [OrphanRun(*row) for row in rows.all()]
+
+    async def forget(self, replica: str) -> None:
+        """A dead replica's row, once its runs are closed."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            await db.execute(sa.delete(REPLICAS).where(REPLICAS.c.id == replica))
+
+    async def record_kernel(self, session_pk: str, agent: str, owner: str) -> str | None:
+        """Record ``owner`` as the session agent's kernel; the owner recorded before, if any.
+        One run of a session at a time (its run lock): no other writer of these rows."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            key = (KERNELS.c.session_pk == session_pk) & (KERNELS.c.agent == agent)
+            before = await db.scalar(sa.select(KERNELS.c.owner).where(key))
+            if before is None:
+                await db.execute(
+                    sa.insert(KERNELS).values(
+                        session_pk=session_pk, agent=agent, owner=owner, started_at=utcnow()
+                    )
+                )
+            else:
+                await db.execute(
+                    sa.update(KERNELS).where(key).values(owner=owner, started_at=utcnow())
+                )
+            return before
+
+    async def forget_kernels(self, session_pk: str) -> None:
+        """The session's kernels were stopped on purpose (a reset): the next is no restart."""
+        async with self.writes.hold(), self.sessionmaker() as db, db.begin():
+            await db.execute(sa.delete(KERNELS).where(KERNELS.c.session_pk == session_pk))
+
+
+class PgFleetStore(FleetStore):
+    """``FleetStore`` on PostgreSQL: heartbeats with the database's clock."""
+
+    async def beat(self, replica: str, state: str) -> None:
+        async with self.sessionmaker() as db, db.begin():
+            done = await db.execute(
+                sa.update(REPLICAS)
+                .where(REPLICAS.c.id == replica)
+                .values(beat_at=sa.func.now(), state=state)
+            )
+            if not getattr(done, "rowcount", 0):
+                await db.execute(
+                    sa.insert(REPLICAS).values(
+                        id=replica, state=state, started_at=sa.func.now(), beat_at=sa.func.now()
+                    )
+                )
+
+    async def leave(self, replica: str) -> None:
+        await self.forget(replica)
+
+    @staticmethod
+    def _alive(ttl_s: float) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[bool]]:
+        """(the replica's heartbeat is stale, it has a connection) for a ``REPLICAS`` row."""
+        stale = REPLICAS.c.beat_at < sa.func.now() - sa.func.make_interval(0, 0, 0, 0, 0, 0, ttl_s)
+        activity = sa.table("pg_stat_activity", sa.column("application_name"))
+        name = sa.func.left(sa.literal(APPLICATION_PREFIX) + REPLICAS.c.id, NAME_MAX)
+        return stale, sa.exists().where(activity.c.application_name == name)
+
+    async def orphaned(self, session_pk: str, me: str, ttl_s: float) -> bool:
+        stale, connected = self._alive(ttl_s)
+        live = sa.exists().where(REPLICAS.c.id == Run.replica, ~stale, connected)
+        query = sa.select(
+            sa.exists().where(
+                Run.session_pk == session_pk,
+                Run.status.in_(ACTIVE),
+                Run.replica.is_not(None),
+                Run.replica != me,
+                ~live,
+            )
+        )
+        async with self.sessionmaker() as db:
+            return bool(await db.scalar(query))
+
+    async def dead_replicas(self, me: str, ttl_s: float) -> list[DeadReplica]:
+        stale, connected = self._alive(ttl_s)
+        async with self.sessionmaker() as db:
+            rows = await db.execute(
+                sa.select(REPLICAS.c.id, stale).where(REPLICAS.c.id != me, stale | ~connected)
+            )
+            return [DeadReplica(str(id_), bool(old)) for id_, old in rows.all()]
+
+    async def fence(self, replica: str) -> None:
+        activity = sa.table("pg_stat_activity", sa.column("application_name"), sa.column("pid"))
+        name = (APPLICATION_PREFIX + replica)[:NAME_MAX]
+        async with self.sessionmaker() as db:
+            await db.execute(
+                sa.select(sa.func.pg_terminate_backend(activity.c.pid)).where(
+                    activity.c.application_name == name
+                )
+            )
+
+
+def create_fleet_store(
+    engine: AsyncEngine, sessionmaker: async_sessionmaker[AsyncSession], writes: WriteGate
+) -> FleetStore:
+    """The fleet store for ``engine``'s database, chosen once (at start-up)."""
+    if engine.dialect.name == "postgresql":
+        return PgFleetStore(sessionmaker, writes)
+    return FleetStore(sessionmaker, writes)

@@ -1,0 +1,427 @@
+"""A run's event log as a Response and its stream events (items ↔ events, docs/responses.md).
+
+``ResponseStream`` reads a run's events in order (``run.created``, ``message.delta``,
+``message``, the terminal event) and produces the Responses API's stream events, numbered by
+``sequence_number`` from 0, and the ``Response`` object they describe. It is a pure function
+of the event log: replaying a run's stored log gives the same events with the same numbers,
+so a stream resumed with ``starting_after`` (on any replica, after a restart) goes on exactly
+where the client stopped, and a retrieved response is the one the stream ended with.
+
+Items from messages:
+
+- the agent's text → a ``message`` item (``output_text`` deltas as they stream; an agent that
+  may call tools or other agents sends only whole messages, as chat completions does);
+- a ``kind: model`` reply's ``tool_calls`` → ``function_call`` items (the client runs them);
+- a tool agent's call and its result → a ``code_interpreter_call`` (the sandboxed Python tool)
+  or an ``mcp_call`` (any other tool) item;
+- other agents' messages (sub-agents, task members) → ``message`` items, in order;
+- a run waiting for approval → one ``mcp_approval_request`` item per pending call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents.schema import AgentStatusCode
+from app.schemas.vocab import EventType
+
+TEXT_STATES = (int(AgentStatusCode.STREAM_ING), int(AgentStatusCode.END))
+# Tools whose calls are ``code_interpreter_call`` items (the sandboxed Python interpreters).
+PYTHON_TOOLS = frozenset(
+    {
+        "IPythonInterpreter",
+        "AsyncIPythonInterpreter",
+        "IPythonInteractive",
+        "AsyncIPythonInteractive",
+        "PythonInterpreter",
+        "python",
+    }
+)
+FAILED = "server_error"  # a failed response's error code (one of OpenAI's ResponseError codes)
+_STOP_INCOMPLETE = {"length": "max_output_tokens", "budget_exceeded": "max_output_tokens"}
+
+
+# A run interrupted by its server's end (recovered after a crash, or not finished at a
+# shutdown): the response failed, with the reason in its error.
+_LOST = {"server_restart": "the server restarted", "shutdown": "the server shut down"}
+# Stream events a run event may become, at most (a ``run.gap`` skips the numbers of the events
+# that may have been sent live and lost: the resumed stream's numbers stay above them).
+GAP_STRIDE = 1000
+
+
+def response_status(run_status: str, stop_reason: str | None) -> str:
+    """The Response's ``status`` for a run's status (a run cut by max tokens: incomplete; one
+    its server lost: failed)."""
+    if run_status == "completed" and stop_reason in _STOP_INCOMPLETE:
+        return "incomplete"
+    if run_status == "interrupted" and stop_reason in _LOST:
+        return "failed"
+    return {
+        "queued": "queued",
+        "running": "in_progress",
+        "completed": "completed",
+        "requires_action": "completed",  # its mcp_approval_request items wait for the client
+        "failed": "failed",
+        "cancelled": "cancelled",
+        "interrupted": "cancelled",
+    }.get(run_status, "in_progress")
+
+
+def usage_of(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's usage in the Responses shape."""
+    usage = run.get("usage") or {}
+    prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text."""
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _is_call(formatted: Any) -> bool:
+    return (
+        isinstance(formatted, dict)
+        and isinstance(formatted.get("action"), dict)
+        and formatted.get("status") == 1  # ToolStatusCode.VALID_TOOL
+    )
+
+
+def _is_result(formatted: Any) -> bool:
+    return isinstance(formatted, dict) and "result" in formatted and "state" in formatted
+
+
+class ResponseStream:
+    """Builds the Response and its stream events from one run's events (module docstring).
+
+    ``base``: the Response's request fields (``responses.response_base``); ``agent``: the name
+    the run's agent speaks as; ``hold``: only whole messages (no text deltas); ``quiet``: only
+    the Response is wanted (its events carry no copies of it).
+
+    Copies: an event carries copies of what changes later (an item's keys are replaced, never
+    changed in place, so a shallow copy is one); the terminal event carries the Response
+    itself, final unless a paused run goes on."""
+
+    def __init__(self, base: dict[str, Any], agent: str, hold: bool, quiet: bool = False) -> None:
+        self.response = base
+        self.agent = agent
+        self.hold = hold
+        self.seq = -1
+        self.ended = False
+        self.quiet = quiet
+        self.paused = False  # ended waiting for approval: a resumed run's log goes on
+        self._open: dict[str, Any] | None = None  # the message item being streamed
+        self._call: dict[str, Any] | None = None  # a tool agent's call awaiting its result
+        self._suffix = str(base["id"]).removeprefix("resp_")
+
+    # -- events ------------------------------------------------------------------------------
+    def _event(self, type_: str, **fields: Any) -> dict[str, Any]:
+        self.seq += 1
+        return {"type": type_, "sequence_number": self.seq, **fields}
+
+    def _snapshot(self, final: bool = False) -> dict[str, Any]:
+        if final and not self.paused:
+            return self.response  # never changed after its terminal event
+        if self.quiet:
+            return {}
+        return {**self.response, "output": [dict(item) for item in self.response["output"]]}
+
+    def _item_id(self, prefix: str) -> str:
+        return f"{prefix}_{self._suffix}_{len(self.response['output'])}"
+
+    def feed(self, type_: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """The stream events for one run event (none for events a client does not see)."""
+        if self.ended:
+            if not self.paused or type_ in (EventType.RUN_GAP, EventType.RUN_CREATED):
+                return []
+            return self._go_on() + self.feed(type_, data)
+        if type_ == EventType.RUN_CREATED:
+            run = data.get("run") or {}
+            self.response["status"] = response_status(run.get("status", "running"), None)
+            created = self._event("response.created", response=self._snapshot())
+            self.response["status"] = "in_progress"
+            return [created, self._event("response.in_progress", response=self._snapshot())]
+        if type_ == EventType.MESSAGE_DELTA:
+            return self._delta(data)
+        if type_ == EventType.MESSAGE:
+            return self._message(data.get("message") or {}, int(data.get("index", -1)))
+        if type_ in (
+            EventType.RUN_COMPLETED,
+            EventType.RUN_FAILED,
+            EventType.RUN_CANCELLED,
+            EventType.RUN_REQUIRES_ACTION,
+        ):
+            return self._end(type_, data)
+        if type_ == EventType.ERROR:
+            self.ended = True
+            error = data.get("error") or data
+            return [
+                self._event(
+                    "error",
+                    code=error.get("code"),
+                    message=str(error.get("message") or "the stream could not go on"),
+                    param=error.get("param"),
+                )
+            ]
+        if type_ == EventType.RUN_GAP:  # run events that may have been sent live and lost
+            self.seq = max(self.seq, int(data.get("to_id") or 0) * GAP_STRIDE)
+        return []
+
+    def _go_on(self) -> list[dict[str, Any]]:
+        """A run that waited for approval goes on (its calls were decided): the response is
+        in progress again, announced as a new one is."""
+        self.ended = self.paused = False
+        self.response["status"] = "in_progress"
+        self.response.pop("completed_at", None)
+        created = self._event("response.created", response=self._snapshot())
+        return [created, self._event("response.in_progress", response=self._snapshot())]
+
+    def _delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        delta = data.get("delta")
+        if (
+            self.hold
+            or data.get("sender") != self.agent
+            or not isinstance(delta, str)
+            or data.get("stream_state") not in TEXT_STATES
+            or not delta
+        ):
+            return []
+        out: list[dict[str, Any]] = []
+        index = int(data.get("index", -1))
+        if self._open is not None and self._open["index"] != index:
+            out += self._close_text(self._open["text"], "completed")
+        if self._open is None:
+            out += self._open_text(index)
+        assert self._open is not None
+        self._open["text"] += delta
+        out.append(self._text_delta(delta))
+        return out
+
+    def _open_text(self, index: int) -> list[dict[str, Any]]:
+        item = {
+            "id": self._item_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        self._open = {"index": index, "item": item, "at": len(self.response["output"]), "text": ""}
+        self.response["output"].append(item)
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        at = self._open["at"]
+        return [
+            self._event("response.output_item.added", output_index=at, item=dict(item)),
+            self._event(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=at,
+                content_index=0,
+                part=part,
+            ),
+        ]
+
+    def _text_delta(self, delta: str) -> dict[str, Any]:
+        assert self._open is not None
+        return self._event(
+            "response.output_text.delta",
+            item_id=self._open["item"]["id"],
+            output_index=self._open["at"],
+            content_index=0,
+            delta=delta,
+            logprobs=[],
+        )
+
+    def _close_text(self, text: str, status: str) -> list[dict[str, Any]]:
+        assert self._open is not None
+        opened, self._open = self._open, None
+        item, at = opened["item"], opened["at"]
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        item["content"] = [part]
+        item["status"] = status
+        return [
+            self._event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=at,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            ),
+            self._event(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=at,
+                content_index=0,
+                part=dict(part),
+            ),
+            self._event("response.output_item.done", output_index=at, item=dict(item)),
+        ]
+
+    def _whole_text(self, index: int, text: str) -> list[dict[str, Any]]:
+        out = self._open_text(index)
+        if text:
+            self._open = {**(self._open or {}), "text": text}
+            out.append(self._text_delta(text))
+        return out + self._close_text(text, "completed")
+
+    def _message(self, message: dict[str, Any], index: int) -> list[dict[str, Any]]:
+        sender = message.get("sender")
+        formatted = message.get("formatted")
+        text = text_of(message.get("content"))
+        if sender == self.agent and _is_call(formatted):
+            self._call = formatted
+            return self._close_text(self._open["text"], "completed") if self._open else []
+        if self._call is not None and isinstance(formatted, dict) and _is_result(formatted):
+            call, self._call = self._call, None
+            return self._tool_item(call, formatted, text)
+        out: list[dict[str, Any]] = []
+        if self._open is not None and self._open["index"] == index:
+            out += self._close_text(self._open["text"] or text, "completed")
+        elif text:
+            if self._open is not None:
+                out += self._close_text(self._open["text"], "completed")
+            out += self._whole_text(index, text)
+        calls = formatted.get("tool_calls") if isinstance(formatted, dict) else None
+        for call in calls or []:
+            out += self._function_call(call)
+        return out
+
+    def _function_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        fn = call.get("function") or {}
+        arguments = str(fn.get("arguments") or "")
+        item = {
+            "id": self._item_id("fc"),
+            "type": "function_call",
+            "call_id": str(call.get("id")),
+            "name": str(fn.get("name")),
+            "arguments": "",
+            "status": "in_progress",
+        }
+        at = len(self.response["output"])
+        self.response["output"].append(item)
+        out = [self._event("response.output_item.added", output_index=at, item=dict(item))]
+        out.append(
+            self._event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=at,
+                delta=arguments,
+            )
+        )
+        item["arguments"], item["status"] = arguments, "completed"
+        out.append(
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=at,
+                name=item["name"],
+                arguments=arguments,
+            )
+        )
+        out.append(self._event("response.output_item.done", output_index=at, item=dict(item)))
+        return out
+
+    def _tool_item(
+        self, call: dict[str, Any], result: dict[str, Any], text: str
+    ) -> list[dict[str, Any]]:
+        action = call.get("action") or {}
+        name = str(action.get("name") or "")
+        params = action.get("parameters", action.get("arguments"))
+        failed = bool(result.get("errmsg")) or result.get("state") not in (0, None)
+        item: dict[str, Any]
+        if name.split(".")[0] in PYTHON_TOOLS:
+            code = params.get("command") if isinstance(params, dict) else params
+            if isinstance(params, dict) and code is None:
+                code = next((v for v in params.values() if isinstance(v, str)), "")
+            item = {
+                "id": self._item_id("ci"),
+                "type": "code_interpreter_call",
+                "code": str(code or ""),
+                "container_id": "sandbox",
+                "outputs": [{"type": "logs", "logs": result.get("errmsg") or text}],
+                "status": "failed" if failed else "completed",
+            }
+        else:
+            label, _, tool = name.rpartition(".")
+            item = {
+                "id": self._item_id("mcp"),
+                "type": "mcp_call",
+                "server_label": label or "agentstation",
+                "name": tool or name,
+                "arguments": json.dumps(params or {}, ensure_ascii=False),
+                "output": None if failed else text,
+                "error": (result.get("errmsg") or text) if failed else None,
+                "status": "failed" if failed else "completed",
+            }
+        at = len(self.response["output"])
+        self.response["output"].append(item)
+        return [
+            self._event("response.output_item.added", output_index=at, item=dict(item)),
+            self._event("response.output_item.done", output_index=at, item=dict(item)),
+        ]
+
+    def _approval_items(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for call in calls:
+            label, _, tool = str(call.get("name") or "").rpartition(".")
+            item = {
+                "id": str(call.get("id")),
+                "type": "mcp_approval_request",
+                "server_label": label or "agentstation",
+                "name": tool,
+                "arguments": json.dumps(call.get("arguments") or {}, ensure_ascii=False),
+            }
+            at = len(self.response["output"])
+            self.response["output"].append(item)
+            out.append(self._event("response.output_item.added", output_index=at, item=dict(item)))
+            out.append(self._event("response.output_item.done", output_index=at, item=dict(item)))
+        return out
+
+    def _end(self, type_: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+        run = data.get("run") or {}
+        status = response_status(str(run.get("status", "failed")), run.get("stop_reason"))
+        out: list[dict[str, Any]] = []
+        if self._open is not None:
+            out += self._close_text(
+                self._open["text"], "incomplete" if status != "completed" else "completed"
+            )
+        if type_ == EventType.RUN_REQUIRES_ACTION:
+            out += self._approval_items(data.get("tool_calls") or [])
+            self.paused = True
+        self.ended = True
+        response = self.response
+        response["status"] = status
+        response["usage"] = usage_of(run)
+        if status == "incomplete":
+            response["incomplete_details"] = {"reason": _STOP_INCOMPLETE[run["stop_reason"]]}
+        if status == "failed":
+            error = data.get("error") or run.get("error") or {}
+            lost = _LOST.get(str(run.get("stop_reason")))
+            message = f"{lost} while the response ran; it did not finish" if lost else None
+            response["error"] = {
+                "code": FAILED,
+                "message": str(error.get("message") or message or "the run failed"),
+            }
+        finished = run.get("finished_at")
+        if finished and status != "in_progress":
+            response["completed_at"] = _timestamp(finished)
+        name = {
+            "completed": "response.completed",
+            "incomplete": "response.incomplete",
+        }.get(status, "response.failed")
+        return [*out, self._event(name, response=self._snapshot(final=True))]
+
+
+def _timestamp(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,167 @@
+"""Reading responses back: the Response of a run (from its event log), its stream from any
+point (``starting_after``), its input items."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import sqlalchemy as sa
+
+from app.db.models import Run, RunEvent
+from app.errors import BadRequest
+from app.schemas.vocab import RunStatus
+from app.services.responses_events import ResponseStream, response_status, usage_of
+from app.state import AppState
+
+
+def response_base(run: Run) -> dict[str, Any]:
+    """The Response before any event: its request's fields (``options.response``)."""
+    meta = (run.options or {}).get("response") or {}
+    return base_of(run.id, int(run.created_at.timestamp()), meta, run.agent)
+
+
+def base_of(response_id: str, created_at: int, meta: dict[str, Any], agent: str) -> dict[str, Any]:
+    """The Response before any event, from its request's fields (``responses.response_meta``)."""
+    conversation = meta.get("conversation")
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "model": meta.get("model") or agent,
+        "output": [],
+        "instructions": meta.get("instructions"),
+        "tools": meta.get("tools") or [],
+        "tool_choice": meta.get("tool_choice") or "auto",
+        "parallel_tool_calls": bool(meta.get("parallel_tool_calls", True)),
+        "temperature": meta.get("temperature"),
+        "top_p": meta.get("top_p"),
+        "max_output_tokens": meta.get("max_output_tokens"),
+        "previous_response_id": meta.get("previous_response_id"),
+        "conversation": {"id": conversation} if conversation else None,
+        "metadata": meta.get("metadata") or {},
+        "text": meta.get("text") or {"format": {"type": "text"}},
+        "background": bool(meta.get("background")),
+        "prompt_cache_key": meta.get("prompt_cache_key"),
+        "user": meta.get("user"),
+        "truncation": "disabled",
+        "error": None,
+        "incomplete_details": None,
+        "usage": None,
+    }
+
+
+def stream_of(run: Run, quiet: bool = False) -> ResponseStream:
+    """A fresh mapper of ``run``'s events (``quiet``: for its Response only)."""
+    meta = (run.options or {}).get("response") or {}
+    return ResponseStream(response_base(run), run.agent, bool(meta.get("hold")), quiet)
+
+
+async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """A run's stored events, in order."""
+    async with state.sessionmaker() as db:
+        rows = await db.execute(
+            sa.select(RunEvent.seq, RunEvent.type, RunEvent.data)
+            .where(RunEvent.run_id == run_id)
+            .order_by(RunEvent.seq)
+        )
+        return [(int(seq), str(type_), data) for seq, type_, data in rows]
+
+
+async def response_now(state: AppState, run: Run) -> dict[str, Any]:
+    """The Response as stored now (a running one: what its stored events show so far)."""
+    stream = stream_of(run, quiet=True)
+    for _, type_, data in await stored_events(state, run.id):
+        stream.feed(type_, data)
+    response = stream.response
+    if not stream.ended:
+        response["status"] = response_status(run.status, run.stop_reason)
+        if RunStatus(run.status).terminal:  # ended without its event stored (a crash)
+            response["usage"] = usage_of(
+                {
+                    "usage": {
+                        "prompt_tokens": run.prompt_tokens,
+                        "completion_tokens": run.completion_tokens,
+                    }
+                }
+            )
+    return response
+
+
+async def response_events(
+    state: AppState, run: Run, starting_after: int = -1
+) -> AsyncIterator[dict[str, Any]]:
+    """The Response's stream events after ``starting_after``, live until the run ends (the
+    whole log replayed through the mapper: the numbers are the ones first sent)."""
+    stream = stream_of(run)
+    async for event in state.run_manager.follow(run.id, 0):
+        for out in stream.feed(event.type, event.data):
+            if out["sequence_number"] > starting_after:
+                yield out
+        if stream.ended and not stream.paused:
+            return  # (a pause ends the follow unless the run went on after it)
+
+
+async def final_response(state: AppState, run: Run) -> dict[str, Any]:
+    """The Response of a run that has ended (its whole log)."""
+    stream = stream_of(run, quiet=True)
+    async for event in state.run_manager.follow(run.id, 0):
+        stream.feed(event.type, event.data)
+        if stream.ended and not stream.paused:
+            break
+    return stream.response
+
+
+async def last_number(state: AppState, run: Run) -> int:
+    """The number of the last stream event of the run's stored log (-1: none)."""
+    stream = stream_of(run, quiet=True)
+    for _, type_, data in await stored_events(state, run.id):
+        stream.feed(type_, data)
+    return stream.seq
+
+
+def input_items(run: Run, order: str, after: str | None, limit: int) -> dict[str, Any]:
+    """``GET /v1/responses/{id}/input_items``: the request's input as items with ids."""
+    if order not in ("asc", "desc"):
+        raise BadRequest("order must be asc or desc", param="order")
+    if not 1 <= limit <= 100:
+        raise BadRequest("limit must be between 1 and 100", param="limit")
+    meta = (run.options or {}).get("response") or {}
+    items = [_as_item(run.id, i, item) for i, item in enumerate(meta.get("input") or [])]
+    if order == "desc":
+        items.reverse()
+    if after is not None:
+        at = next((i for i, item in enumerate(items) if item["id"] == after), None)
+        if at is None:
+            raise BadRequest(f"unknown cursor {after!r}", param="after", code="invalid_cursor")
+        items = items[at + 1 :]
+    page, more = items[:limit], len(items) > limit
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": more,
+    }
+
+
+def _as_item(run_id: str, index: int, item: dict[str, Any]) -> dict[str, Any]:
+    """An input item as OpenAI lists it (an id; a message's text as ``input_text`` parts)."""
+    suffix = run_id.removeprefix("resp_")
+    kind = item.get("type") or "message"
+    out = {**item, "type": kind, "id": item.get("id") or f"in_{suffix}_{index}"}
+    if kind == "message":
+        content = item.get("content")
+        role = item.get("role", "user")
+        part = "output_text" if role == "assistant" else "input_text"
+        if isinstance(content, str):
+            content = [{"type": part, "text": content}]
+        out["content"] = content or []
+        out.setdefault("status", "completed")
+        if role == "assistant":
+            for p in out["content"]:
+                p.setdefault("annotations", [])
+    if kind == "function_call_output":
+        out.setdefault("status", "completed")
+    return out

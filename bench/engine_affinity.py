@@ -1,0 +1,235 @@
+"""Engine fleet: session affinity (``routing: session``) against round robin, side by side.
+
+A fleet of two vLLM CPU servers per policy (``python -m vllm.entrypoints.openai.api_server``,
+the demo model, prefix caching on, stats on so ``/metrics`` counts prefix-cache queries and
+hits; each policy its own pair, so neither policy's requests fill or evict the other's cache)
+behind the gateway's ``openai`` backend with ``upstreams``
+(``app.models.openai_backend.create_openai_handle``: the fleet code itself,
+``FleetRawBackend`` over ``UpstreamPool``), one handle per policy.
+``--sessions`` conversations (16) of ``--turns`` turns (20) each: a turn streams the whole
+history plus a new user message (greedy, at most ``--max-tokens`` tokens) and appends the
+answer. Turn by turn, all sessions of one policy send their turn at once (in a shuffled
+order, as requests arrive), then all sessions of the other policy (which goes first
+alternates per turn), so machine noise hits both. Each policy's sessions share one system
+prompt (an agent's instructions, ~300 tokens). ``--kv-cache-mib`` sizes each server's KV
+cache (the demo model takes 1 KiB per token): how much of the sessions' histories a server can
+keep is what affinity saves (round robin keeps every session on both servers). Reported per policy:
+the prefix-cache hit rate (hits / queried tokens, the servers' ``vllm:prefix_cache_*``
+counters over that policy's requests) overall and on the last turn, and the TTFT (request
+sent to the first content chunk) of the last turn, median and p90 over the sessions. Goal
+(issue 27): affinity's last-turn TTFT ≤ 0.7× round robin's.
+
+``python -m bench.engine_affinity [--sessions 16] [--turns 20] [--max-tokens 16]
+[--kv-cache-mib 64]`` (prints JSON rows and a table; writes
+bench/results/engine_affinity-kv<MiB>-t<max tokens>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.common import RESULTS_DIR, ServerProcess, free_port, machine_description
+from bench.engine import ENGINE_ENV, START_TIMEOUT_S
+from bench.report import markdown_table
+
+POLICIES = ("session", "round_robin")
+GOAL_TTFT_RATIO = 0.7
+# An agent's instructions, the same for every session of a policy (about 300 tokens: vLLM on
+# CPU caches whole blocks of 128 tokens, so shorter prefixes are never hits).
+INSTRUCTIONS = " ".join(
+    f"Rule {i}: answer as a storyteller, keep the story consistent with what was said before."
+    for i in range(20)
+)
+QUESTIONS = (
+    "Tell me more about the river.",
+    "What did the traveller find there?",
+    "Describe the town by the bridge.",
+    "Who lived in the old mill?",
+    "What happened at night?",
+)
+
+
+def vllm_server(model_dir: Path, kv_cache_bytes: int) -> ServerProcess:
+    """vLLM's OpenAI server with the bench engine settings, stats on (for ``/metrics``)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+    cmd += ["--served-model-name", "demo", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--dtype", "bfloat16", "--enforce-eager", "--seed", "0", "--max-model-len", "4096"]
+    cmd += ["--kv-cache-memory-bytes", str(kv_cache_bytes), "--enable-prefix-caching"]
+    cmd += ["--disable-uvicorn-access-log"]
+    server = ServerProcess("vllm-affinity", cmd, port, env=ENGINE_ENV, ready_path="/health")
+    server.ready_timeout_s = START_TIMEOUT_S
+    return server
+
+
+async def prefix_counters(http: aiohttp.ClientSession, urls: list[str]) -> tuple[float, float]:
+    """(queried tokens, hit tokens) summed over the servers' ``/metrics``."""
+    queries = hits = 0.0
+    for url in urls:
+        async with http.get(url + "/metrics") as resp:
+            text = await resp.text()
+        for line in text.splitlines():
+            if line.startswith("vllm:prefix_cache_queries_total"):
+                queries += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("vllm:prefix_cache_hits_total"):
+                hits += float(line.rsplit(" ", 1)[1])
+    return queries, hits
+
+
+async def one_turn(raw: Any, sid: str, history: list[dict[str, str]], max_tokens: int) -> float:
+    """Stream one turn through the fleet's raw API; append the answer; return the TTFT (s)."""
+    request = {
+        "model": "demo", "messages": history, "max_tokens": max_tokens, "temperature": 0,
+        "user": sid, "stream": True,
+    }  # fmt: skip
+    start = time.perf_counter()
+    ttft, text = 0.0, []
+    async for chunk in raw.stream(request):
+        for choice in chunk.get("choices") or []:
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                ttft = ttft or time.perf_counter() - start
+                text.append(piece)
+    history.append({"role": "assistant", "content": "".join(text) or "..."})
+    return ttft
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def measure(
+    fleets: dict[str, list[str]], sessions: int, turns: int, max_tokens: int
+) -> dict[str, Any]:
+    """Run both policies turn by turn (``fleets``: each policy's server URLs); per policy: hit
+    rates and last-turn TTFTs."""
+    from app.models.openai_backend import create_openai_handle
+
+    handles = {
+        p: create_openai_handle(
+            {
+                "name": f"demo-{p}",
+                "model": "demo",
+                "upstreams": [u + "/v1" for u in fleets[p]],
+                "routing": p,
+            }
+        )
+        for p in POLICIES
+    }
+    histories = {
+        p: [
+            [
+                {"role": "system", "content": f"[{p}] {INSTRUCTIONS}"},
+                {"role": "user", "content": f"Session {s}: tell me a story about a river."},
+            ]
+            for s in range(sessions)
+        ]
+        for p in POLICIES
+    }
+    rng = random.Random(0)
+    counts = {p: [0.0, 0.0] for p in POLICIES}  # queried, hit
+    last_counts = {p: [0.0, 0.0] for p in POLICIES}
+    ttfts: dict[str, list[float]] = {p: [] for p in POLICIES}
+    async with aiohttp.ClientSession() as http:
+        for turn in range(turns):
+            order = POLICIES if turn % 2 == 0 else POLICIES[::-1]
+            for policy in order:
+                raw = handles[policy].raw
+                before = await prefix_counters(http, fleets[policy])
+                ids = list(range(sessions))
+                rng.shuffle(ids)
+                got = await asyncio.gather(
+                    *(one_turn(raw, f"{policy}-{s}", histories[policy][s], max_tokens) for s in ids)
+                )
+                after = await prefix_counters(http, fleets[policy])
+                queried, hit = after[0] - before[0], after[1] - before[1]
+                counts[policy][0] += queried
+                counts[policy][1] += hit
+                if turn == turns - 1:
+                    last_counts[policy] = [queried, hit]
+                    ttfts[policy] = list(got)
+            for policy in POLICIES:  # the next user message
+                for history in histories[policy]:
+                    history.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
+    spread = {}
+    for policy, handle in handles.items():
+        pool = getattr(handle, "pool", None)
+        spread[policy] = [u.requests for u in pool.upstreams] if pool is not None else []
+        await handle.close()
+    rows: list[dict[str, Any]] = []
+    for policy in POLICIES:
+        q, h = counts[policy]
+        lq, lh = last_counts[policy]
+        rows.append(
+            {
+                "routing": policy,
+                "prefix_hit_rate": round(h / q, 3) if q else None,
+                "last_turn_prefix_hit_rate": round(lh / lq, 3) if lq else None,
+                "last_turn_ttft_p50_ms": round(statistics.median(ttfts[policy]) * 1000, 1),
+                "last_turn_ttft_p90_ms": round(_pct(ttfts[policy], 0.9) * 1000, 1),
+                "queried_tokens": int(q),
+                "requests_per_server": spread[policy],
+            }
+        )
+    p50 = {p: statistics.median(ttfts[p]) for p in POLICIES}
+    ratio = p50["session"] / p50["round_robin"]
+    return {
+        "rows": rows,
+        "ttft_ratio_session_over_round_robin": round(ratio, 3),
+        "goal": f"<= {GOAL_TTFT_RATIO}",
+        "goal_met": ratio <= GOAL_TTFT_RATIO,
+        "sessions": sessions,
+        "turns": turns,
+        "max_tokens": max_tokens,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--kv-cache-mib", type=int, default=64)
+    args = parser.parse_args(argv)
+    from app.demo_model import build_demo_model
+
+    with contextlib.ExitStack() as stack:
+        model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        # One at a time: two engines loading at once on 2 cores only slows both.
+        kv = args.kv_cache_mib * 2**20
+        fleets = {
+            p: [stack.enter_context(vllm_server(model_dir, kv)).base_url for _ in range(2)]
+            for p in POLICIES
+        }
+        result = asyncio.run(measure(fleets, args.sessions, args.turns, args.max_tokens))
+        result["kv_cache_mib"] = args.kv_cache_mib
+        result["machine"] = machine_description()
+        result["load_average_1m_at_end"] = os.getloadavg()[0]  # other work on the machine
+    for row in result["rows"]:
+        print(json.dumps(row))
+    print(markdown_table(result["rows"]))
+    ratio, met = result["ttft_ratio_session_over_round_robin"], result["goal_met"]
+    verdict = "met" if met else "not met"
+    print(f"last-turn TTFT p50, session / round robin: {ratio} (goal {result['goal']}: {verdict})")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"engine_affinity-kv{args.kv_cache_mib}-t{args.max_tokens}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
