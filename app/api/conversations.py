@@ -3,7 +3,7 @@ docs/responses.md). Answers carry ``X-Session-Id``: the conversation's session."
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query
 from starlette.responses import Response
@@ -32,7 +32,8 @@ async def create_conversation(
     x_route_key: Annotated[str | None, Header(alias=ROUTE_KEY_HEADER, max_length=128)] = None,
 ) -> Response:
     """A new conversation, with its first items."""
-    row = await service.create_conversation(state, who, body.items, body.metadata, x_route_key)
+    items = body.item_dicts()
+    row = await service.create_conversation(state, who, items, body.metadata, x_route_key)
     return _json(service.conversation_public(row), row.id)
 
 
@@ -66,7 +67,7 @@ async def list_items(
     conversation_id: str,
     state: StateDep,
     who: PrincipalDep,
-    order: str = "desc",
+    order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> Response:
@@ -80,7 +81,7 @@ async def add_items(
     conversation_id: str, body: ItemsCreate, state: StateDep, who: PrincipalDep
 ) -> Response:
     """Append items (409 ``session_busy`` while a response runs in the conversation)."""
-    items = await service.add_items(state, who, conversation_id, body.items)
+    items = await service.add_items(state, who, conversation_id, body.item_dicts())
     page = {
         "object": "list",
         "data": items,

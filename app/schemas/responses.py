@@ -14,7 +14,91 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.common import WHOLE
 
-ItemIn = dict[str, Any]  # one input item (checked by app.services.responses_input)
+# Item and tool types given a shape here; any other type is accepted and not used (dropped
+# with a logged note). The "any other" pattern needs Python's regex (a lookahead).
+_MINE = "message|function_call|function_call_output|custom_tool_call_output|mcp_approval_response"
+_OTHER_ITEM = rf"^(?!({_MINE})$).+$"
+_OTHER_TOOL = r"^(?!function$).+$"
+# Unknown fields are accepted; the types of known ones are strict (JSON 0 is not false).
+_LENIENT = ConfigDict(extra="allow", regex_engine="python-re", strict=True)
+
+
+class MessageItem(BaseModel):
+    """A message: ``system``, ``developer`` (a system message), ``user``, ``assistant``;
+    content a string or parts (``input_text``/``output_text``/``text`` parts are its text,
+    others are dropped)."""
+
+    model_config = _LENIENT
+
+    type: Literal["message"] | None = None
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class FunctionCallItem(BaseModel):
+    """An earlier call of one of the client's functions."""
+
+    model_config = _LENIENT
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str | dict[str, Any] | None = None
+
+
+class FunctionCallOutputItem(BaseModel):
+    """The result of a function call (a ``tool`` message with its ``call_id``)."""
+
+    model_config = _LENIENT
+
+    type: Literal["function_call_output", "custom_tool_call_output"]
+    call_id: str
+    output: str | list[dict[str, Any]] | None = None
+
+
+class ApprovalResponseItem(BaseModel):
+    """A decision about a call an agent waits on (``mcp_approval_request``'s ``id``)."""
+
+    model_config = _LENIENT
+
+    type: Literal["mcp_approval_response"]
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+
+
+class OtherItem(BaseModel):
+    """Any other item (``reasoning``, ``item_reference``, ...): accepted, not used."""
+
+    model_config = _LENIENT
+
+    type: str = Field(pattern=_OTHER_ITEM)
+
+
+ItemIn = MessageItem | FunctionCallItem | FunctionCallOutputItem | ApprovalResponseItem | OtherItem
+
+
+class FunctionTool(BaseModel):
+    """A function the model may call (the client runs it)."""
+
+    model_config = _LENIENT
+
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=128)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class OtherTool(BaseModel):
+    """A tool of a type this server does not host for the request (dropped, logged)."""
+
+    model_config = _LENIENT
+
+    type: str = Field(pattern=_OTHER_TOOL)
+
+
+ToolIn = FunctionTool | OtherTool
 
 
 class ConversationRef(BaseModel):
@@ -49,10 +133,12 @@ class TextConfig(BaseModel):
 class ResponseCreate(BaseModel):
     """POST /v1/responses (OpenAI's fields; unknown ones are accepted and ignored)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = _LENIENT
 
     model: str = Field(min_length=1, max_length=256)
-    input: str | list[ItemIn] = Field(default_factory=list)
+    # Read item by item by app.services.responses_input (its 400s name the item, e.g.
+    # ``input[2].role``); ``ResponseCreateDoc`` documents their shapes.
+    input: str | list[dict[str, Any]] = Field(default_factory=list)
     instructions: str | None = None
     previous_response_id: str | None = Field(default=None, max_length=128)
     conversation: str | ConversationRef | None = None
@@ -74,11 +160,27 @@ class ResponseCreate(BaseModel):
     user: str | None = None
     truncation: str | None = None
 
+    def items(self) -> str | list[dict[str, Any]]:
+        """``input`` as sent."""
+        return self.input
+
+    def tool_dicts(self) -> list[dict[str, Any]]:
+        """``tools`` as sent."""
+        return self.tools
+
     def conversation_id(self) -> str | None:
         """The conversation's id, whichever way it was sent."""
         if isinstance(self.conversation, ConversationRef):
             return self.conversation.id
         return self.conversation
+
+
+class ResponseCreateDoc(ResponseCreate):
+    """POST /v1/responses as the OpenAPI document states it: the shapes of the input items
+    and tools ``ResponseCreate`` reads one by one."""
+
+    input: str | list[ItemIn] = Field(default_factory=list)  # type: ignore[assignment]
+    tools: list[ToolIn] = Field(default_factory=list)  # type: ignore[assignment]
 
 
 class ConversationCreate(BaseModel):
@@ -87,6 +189,10 @@ class ConversationCreate(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     items: list[ItemIn] | None = Field(default=None, max_length=20)
+
+    def item_dicts(self) -> list[dict[str, Any]]:
+        return [item.model_dump(exclude_none=True) for item in self.items or []]
+
     metadata: dict[str, str] | None = None
 
 
@@ -104,3 +210,6 @@ class ItemsCreate(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     items: list[ItemIn] = Field(min_length=1, max_length=20)
+
+    def item_dicts(self) -> list[dict[str, Any]]:
+        return [item.model_dump(exclude_none=True) for item in self.items]

@@ -23,10 +23,11 @@ from app.errors import BadRequest, NotFound
 from app.runtime.messages import dump_message
 from app.runtime.store.rows import load_state, memory_rev_bump
 from app.schemas.sessions import SessionCreate
+from app.schemas.vocab import CancelMode
 from app.services import responses_ids as ids
 from app.services.auth import Principal
-from app.services.responses import agent_for
 from app.services.responses_input import Input, parse_input
+from app.services.responses_plan import agent_for
 from app.services.sessions import active_run, create_session
 from app.state import AppState
 
@@ -222,7 +223,7 @@ async def delete_conversation(state: AppState, who: Principal, conversation_id: 
         row = await get_conversation(db, who.tenant_id, conversation_id)
         active = await active_run(db, row.pk)
     if active is not None:
-        await state.run_manager.cancel(active, "cancelled")
+        await state.run_manager.cancel(active, CancelMode.CANCELLED)
     async with state.sessionmaker() as db, db.begin():
         await db.execute(sa.delete(SessionRow).where(SessionRow.pk == row.pk))
         invalidate_on_commit(db, TURN_SESSIONS, (who.tenant_id, conversation_id))

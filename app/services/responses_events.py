@@ -20,7 +20,6 @@ Items from messages:
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -45,7 +44,11 @@ _STOP_INCOMPLETE = {"length": "max_output_tokens", "budget_exceeded": "max_outpu
 
 # A run interrupted by its server's end (recovered after a crash, or not finished at a
 # shutdown): the response failed, with the reason in its error.
-_LOST = {"server_restart": "the server restarted", "shutdown": "the server shut down"}
+_LOST = {
+    "server_restart": "the server restarted",
+    "shutdown": "the server shut down",
+    "replica_lost": "its server stopped answering",
+}
 # Stream events a run event may become, at most (a ``run.gap`` skips the numbers of the events
 # that may have been sent live and lost: the resumed stream's numbers stay above them).
 GAP_STRIDE = 1000
@@ -105,14 +108,20 @@ class ResponseStream:
     """Builds the Response and its stream events from one run's events (module docstring).
 
     ``base``: the Response's request fields (``responses.response_base``); ``agent``: the name
-    the run's agent speaks as; ``hold``: only whole messages (no text deltas)."""
+    the run's agent speaks as; ``hold``: only whole messages (no text deltas); ``quiet``: only
+    the Response is wanted (its events carry no copies of it).
 
-    def __init__(self, base: dict[str, Any], agent: str, hold: bool) -> None:
+    Copies: an event carries copies of what changes later (an item's keys are replaced, never
+    changed in place, so a shallow copy is one); the terminal event carries the Response
+    itself, final unless a paused run goes on."""
+
+    def __init__(self, base: dict[str, Any], agent: str, hold: bool, quiet: bool = False) -> None:
         self.response = base
         self.agent = agent
         self.hold = hold
         self.seq = -1
         self.ended = False
+        self.quiet = quiet
         self.paused = False  # ended waiting for approval: a resumed run's log goes on
         self._open: dict[str, Any] | None = None  # the message item being streamed
         self._call: dict[str, Any] | None = None  # a tool agent's call awaiting its result
@@ -123,8 +132,12 @@ class ResponseStream:
         self.seq += 1
         return {"type": type_, "sequence_number": self.seq, **fields}
 
-    def _snapshot(self) -> dict[str, Any]:
-        return copy.deepcopy(self.response)
+    def _snapshot(self, final: bool = False) -> dict[str, Any]:
+        if final and not self.paused:
+            return self.response  # never changed after its terminal event
+        if self.quiet:
+            return {}
+        return {**self.response, "output": [dict(item) for item in self.response["output"]]}
 
     def _item_id(self, prefix: str) -> str:
         return f"{prefix}_{self._suffix}_{len(self.response['output'])}"
@@ -210,7 +223,7 @@ class ResponseStream:
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         at = self._open["at"]
         return [
-            self._event("response.output_item.added", output_index=at, item=copy.deepcopy(item)),
+            self._event("response.output_item.added", output_index=at, item=dict(item)),
             self._event(
                 "response.content_part.added",
                 item_id=item["id"],
@@ -252,9 +265,9 @@ class ResponseStream:
                 item_id=item["id"],
                 output_index=at,
                 content_index=0,
-                part=copy.deepcopy(part),
+                part=dict(part),
             ),
-            self._event("response.output_item.done", output_index=at, item=copy.deepcopy(item)),
+            self._event("response.output_item.done", output_index=at, item=dict(item)),
         ]
 
     def _whole_text(self, index: int, text: str) -> list[dict[str, Any]]:
@@ -356,8 +369,8 @@ class ResponseStream:
         at = len(self.response["output"])
         self.response["output"].append(item)
         return [
-            self._event("response.output_item.added", output_index=at, item=copy.deepcopy(item)),
-            self._event("response.output_item.done", output_index=at, item=copy.deepcopy(item)),
+            self._event("response.output_item.added", output_index=at, item=dict(item)),
+            self._event("response.output_item.done", output_index=at, item=dict(item)),
         ]
 
     def _approval_items(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -409,7 +422,7 @@ class ResponseStream:
             "completed": "response.completed",
             "incomplete": "response.incomplete",
         }.get(status, "response.failed")
-        return [*out, self._event(name, response=self._snapshot())]
+        return [*out, self._event(name, response=self._snapshot(final=True))]
 
 
 def _timestamp(iso: str) -> float:

@@ -11,8 +11,8 @@ sends a chain's requests to one replica.
 from __future__ import annotations
 
 import hashlib
+import random
 import re
-import secrets
 
 RESPONSE = "resp_"
 CONVERSATION = "conv_"
@@ -40,12 +40,13 @@ def route_key(header: str | None, parent: str | None = None) -> str:
         found = _HEX.match(value)
         return found.group(0) if found else hashlib.sha256(value.encode()).hexdigest()[:16]
     inherited = key_of(parent)
-    return inherited if inherited is not None else secrets.token_hex(KEY_LENGTH // 2)
+    return inherited if inherited is not None else f"{random.getrandbits(64):016x}"
 
 
 def mint(prefix: str, key: str) -> str:
-    """A new id: ``prefix``, the route key, 16 random hex digits."""
-    return f"{prefix}{key}{secrets.token_hex(8)}"
+    """A new id: ``prefix``, the route key, 16 random hex digits (an identifier, not a
+    secret: no urandom syscall, as chat completion ids)."""
+    return f"{prefix}{key}{random.getrandbits(64):016x}"
 
 
 def implicit_agent_name(model: str) -> str:

@@ -175,6 +175,7 @@ def model_tools(tools: list[dict[str, Any]], tool_choice: Any, parallel: bool) -
             raise BadRequest(
                 f"tool_choice names {name!r}, which is not among the function tools",
                 param="tool_choice",
+                code="unknown_tool",
             )
         out.params["tool_choice"] = {"type": "function", "function": {"name": name}}
     return out

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from app.db.models import Run, RunEvent
 from app.errors import BadRequest
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import END_EVENT, EventType, RunStatus
 from app.services.responses_events import ResponseStream, response_status, usage_of
 from app.state import AppState
 
@@ -52,10 +52,10 @@ def base_of(response_id: str, created_at: int, meta: dict[str, Any], agent: str)
     }
 
 
-def stream_of(run: Run) -> ResponseStream:
-    """A fresh mapper of ``run``'s events."""
+def stream_of(run: Run, quiet: bool = False) -> ResponseStream:
+    """A fresh mapper of ``run``'s events (``quiet``: for its Response only)."""
     meta = (run.options or {}).get("response") or {}
-    return ResponseStream(response_base(run), run.agent, bool(meta.get("hold")))
+    return ResponseStream(response_base(run), run.agent, bool(meta.get("hold")), quiet)
 
 
 async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -71,7 +71,7 @@ async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, di
 
 async def response_now(state: AppState, run: Run) -> dict[str, Any]:
     """The Response as stored now (a running one: what its stored events show so far)."""
-    stream = stream_of(run)
+    stream = stream_of(run, quiet=True)
     for _, type_, data in await stored_events(state, run.id):
         stream.feed(type_, data)
     response = stream.response
@@ -105,7 +105,7 @@ async def response_events(
 
 async def final_response(state: AppState, run: Run) -> dict[str, Any]:
     """The Response of a run that has ended (its whole log)."""
-    stream = stream_of(run)
+    stream = stream_of(run, quiet=True)
     async for event in state.run_manager.follow(run.id, 0):
         stream.feed(event.type, event.data)
         if stream.ended and not stream.paused:
@@ -113,9 +113,26 @@ async def final_response(state: AppState, run: Run) -> dict[str, Any]:
     return stream.response
 
 
+def from_end(run: Run, final: Run, public: dict[str, Any]) -> dict[str, Any]:
+    """The Response of a ``kind: model`` run this process just finished, from its end in
+    memory (``final``, its ``public`` shape): its log is ``run.created``, the reply's deltas,
+    the reply, the terminal event, and the deltas change nothing in the Response, so this is
+    what replaying the stored log gives, without reading it."""
+    stream = stream_of(run, quiet=True)
+    stream.feed(EventType.RUN_CREATED, {"run": {"status": "running"}})
+    if final.output:
+        stream.feed(EventType.MESSAGE, {"index": 0, "message": final.output})
+    status = RunStatus(final.status)
+    if status.terminal:
+        stream.feed(END_EVENT[status], {"run": public, "error": final.error})
+    else:  # the client went away before the end (a whole answer is not waited for then)
+        stream.response["status"] = response_status(final.status, None)
+    return stream.response
+
+
 async def last_number(state: AppState, run: Run) -> int:
     """The number of the last stream event of the run's stored log (-1: none)."""
-    stream = stream_of(run)
+    stream = stream_of(run, quiet=True)
     for _, type_, data in await stored_events(state, run.id):
         stream.feed(type_, data)
     return stream.seq

@@ -42,14 +42,15 @@ async def stateless_events(
     req: ResponseCreate,
     inp: Input,
     response_id: str,
+    quiet: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
-    """The response's stream events (the last one terminal); the model runs as they are read
-    (closing the iterator stops the model call)."""
+    """The response's stream events (the last one terminal, with the Response); the model
+    runs as they are read (closing the iterator stops the model call). ``quiet``: only the
+    terminal event's Response is wanted."""
     limit, used = await preflight_tenant(state, tenant_id)  # 429 before anything runs
     meta = response_meta(req, None, None)
-    stream = ResponseStream(
-        base_of(response_id, int(time.time()), meta, req.model), req.model, False
-    )
+    base = base_of(response_id, int(time.time()), meta, req.model)
+    stream = ResponseStream(base, req.model, False, quiet)
     for event in stream.feed(EventType.RUN_CREATED, {"run": {"status": "running"}}):
         yield event
     params = {**sampling(req), **model_params(req)}

@@ -62,6 +62,8 @@ async def test_create_answers_with_a_valid_response(
     assert raw.headers["X-Session-Id"].startswith("chain_")
     again = await oai.responses.retrieve(response.id)
     assert again.output_text == "Roses are red." and again.status == "completed"
+    # The answer (built from the run's end) is what the stored log replays.
+    assert again.model_dump() == {**response.model_dump(), "created_at": again.created_at}
 
 
 async def test_stream_events_in_openai_order(client: httpx.AsyncClient) -> None:
@@ -235,3 +237,37 @@ async def test_errors_in_openai_envelope(oai: openai.AsyncOpenAI, app: FastAPI) 
     with pytest.raises(openai.NotFoundError):
         await other.responses.create(model="echo", input="x", previous_response_id=done.id)
     await other.close()
+
+
+async def test_the_playground_lists_a_responses_session(client: httpx.AsyncClient) -> None:
+    """The playground lists agents and their sessions: a raw model's chain is a session of the
+    agent ``responses.<model>``, with the turns in its memory."""
+    raw = await client.post("/v1/responses", json={"model": "echo", "input": "listed"})
+    session = raw.headers["X-Session-Id"]
+    agents = (await client.get("/v1/agents")).json()["data"]
+    implicit = next(a for a in agents if a["name"] == "responses.echo")
+    assert implicit["spec"]["kind"] == "model" and implicit["spec"]["model"] == "echo"
+    listed = (await client.get("/v1/sessions", params={"agent": "responses.echo"})).json()
+    assert session in [s["id"] for s in listed["data"]]
+    memory = (await client.get(f"/v1/sessions/{session}/memory")).json()["memory"]
+    assert [(m["sender"], m["content"]) for m in memory] == [
+        ("user", "listed"),
+        ("responses.echo", "listed"),
+    ]
+    # A message typed in the playground goes on with the same session.
+    more = await client.post(f"/v1/sessions/{session}/messages", json={"message": "typed"})
+    assert more.json()["message"]["content"] == "typed"
+
+
+async def test_a_refused_response_leaves_no_session(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    """A new chain whose run is refused (here: the model is not ready) keeps no session."""
+    app.state.agentstation.models.get("echo").ready = False
+    try:
+        before = (await client.get("/v1/sessions")).json()["data"]
+        raw = await client.post("/v1/responses", json={"model": "echo", "input": "x"})
+        assert raw.status_code == 503 and raw.json()["error"]["code"] == "model_not_ready"
+        assert (await client.get("/v1/sessions")).json()["data"] == before
+    finally:
+        app.state.agentstation.models.get("echo").ready = True

@@ -120,7 +120,8 @@ async def test_a_denied_call_and_errors(oai: openai.AsyncOpenAI, client: httpx.A
     )
     assert denied.status == "completed"
     assert denied.output_text == "The answer is 42."
-    with pytest.raises(openai.BadRequestError):  # it no longer waits
+    with pytest.raises(openai.ConflictError) as again:  # it no longer waits
         await oai.responses.create(
             model="careful", input=[decision], previous_response_id=waiting.id
         )
+    assert again.value.code == "run_not_waiting"
