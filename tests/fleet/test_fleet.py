@@ -239,15 +239,24 @@ async def _stream_turn(c: httpx.AsyncClient, sid: str, code: str, load: Load) ->
     if end is None:
         assert run_id is not None, "a stream cut before its first event answered 200"
         load.resumed += 1
+    # Resumed as a client does (EventSource): again while a stream ends without the final event
+    # (a draining replica ends its open streams when it stops).
+    for _ in range(10):
+        if end is not None:
+            break
         headers = {"Last-Event-ID": str(last)}
-        async with c.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as resp:
-            assert resp.status_code == 200
-            async for kind, seq, data in _frames(resp):
-                assert seq is None or seq > last  # ids go on from where the stream was cut
-                last = seq or last
-                if kind in TERMINAL:
-                    end = (kind, data)
-        assert end is not None, f"the resumed stream of {run_id} ended without its final event"
+        with contextlib.suppress(httpx.RemoteProtocolError, httpx.ReadError):
+            async with c.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as resp:
+                if resp.status_code == 503 and "retry-after" in resp.headers:
+                    await asyncio.sleep(float(resp.headers["retry-after"]))
+                    continue
+                assert resp.status_code == 200
+                async for kind, seq, data in _frames(resp):
+                    assert seq is None or seq > last  # ids go on from where it was cut
+                    last = seq or last
+                    if kind in TERMINAL:
+                        end = (kind, data)
+    assert end is not None, f"the resumed stream of {run_id} ended without its final event"
     if end[0] != "run.completed":
         load.ended[str(end[1]["run"]["id"])] = str(end[1]["run"]["status"])
         return None
