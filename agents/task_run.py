@@ -32,6 +32,7 @@ from agents.task_types import (
     repeating_cycle,
     result_info,
 )
+from agents.tool_message import DoneTool
 
 if TYPE_CHECKING:
     from agents.task import Task
@@ -167,7 +168,11 @@ class TaskRun:
 
     def _remember(self, message: AgentMessage | None) -> None:
         if message is not None and id(message) not in self.remembered:
-            self.agent.update_memory(message, session_id=self.session_id)
+            stored = message
+            if isinstance(message.extra_info, dict) and message.extra_info.get("fallback"):
+                # The model reads the agent's answer as a user turn (langroid: AGENT -> LLM).
+                stored = message.model_copy(update={"sender": "user"})
+            self.agent.update_memory(stored, session_id=self.session_id)
             self.remembered.add(id(message))
 
     async def _llm(self, pending: AgentMessage | None) -> AsyncGenerator[Step]:
@@ -229,13 +234,15 @@ class TaskRun:
         answer = self.agent.handle_message_fallback(pending)
         if answer is None:
             return None
-        if answer == "done":  # langroid's NonToolAction.DONE: the reply is the result
+        if isinstance(answer, str) and answer == "done":  # langroid's NonToolAction.DONE
             return pending.model_copy(update={"extra_info": {"done": True}})
+        if isinstance(answer, DoneTool):  # langroid: a fallback may end the task with a result
+            done = {"done": True}
+            return AgentMessage(sender=self.agent.name, content=answer.content, extra_info=done)
         if isinstance(answer, AgentMessage):
             message = answer
         else:
             message = AgentMessage(sender=self.agent.name, content=str(answer))
-        self._remember(message)
         return message.model_copy(update={"extra_info": {"fallback": True}})
 
     async def _user(self, pending: AgentMessage | None) -> AsyncGenerator[Step]:

@@ -96,6 +96,8 @@ class _ToolLoop(BaseAgent):
         for action in getattr(executor, "actions", {}).values():
             if isinstance(action, ToolMessageAction):
                 self.langroid_tools.add(action.tool)
+                if action.handler is None:
+                    action.handler = self._method_handler(action.tool.name())
         #: Calls waiting for a person, per session (the executor's approval hook said PAUSE).
         self.pending: dict[SessionId, PendingApproval] = {}
 
@@ -356,11 +358,21 @@ class _ToolLoop(BaseAgent):
             tool = message_class.require_recipient() if require_recipient else message_class
             self.langroid_tools.add(tool, use, handle, force, include_defaults)
             if handle:
-                self._add_actions([tool.as_action()])
+                self._add_actions([ToolMessageAction(tool, self._method_handler(tool.name()))])
             elif self.executor is not None and tool.name() in self.executor:
                 del self.executor[tool.name()]
             return
         self._add_actions([message_class])
+
+    def _method_handler(self, request: str) -> Any:
+        """langroid's handler on the agent: a method named after the tool's ``request``,
+        defined by the agent's own class (never one of the library's methods)."""
+        for klass in type(self).__mro__:
+            if klass.__module__.startswith("agents.") or klass is object:
+                continue
+            if callable(vars(klass).get(request)):
+                return getattr(self, request)
+        return None
 
     def disable_message_handling(self, message_class: type[ToolMessage] | None = None) -> None:
         """The agent stops running this tool (every known one: None); the model may still use it."""

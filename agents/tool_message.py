@@ -24,6 +24,7 @@ or in langroid's flat form (``{"request": "square", "number": 3}``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from random import choice
 from typing import Any, ClassVar
@@ -265,8 +266,10 @@ class ToolMessageAction(BaseAction):
 
     sync_in_thread = False
 
-    def __init__(self, tool: type[ToolMessage]) -> None:
+    def __init__(self, tool: type[ToolMessage], handler: Any = None) -> None:
         self.tool = tool
+        #: langroid's agent-method handler (``def square(self, msg: SquareTool)``), if any.
+        self.handler = handler
         parameters = tool.parameters()
         lagent_params = [
             {
@@ -303,7 +306,14 @@ class ToolMessageAction(BaseAction):
     async def run(self, **arguments: Any) -> Any:
         """Build the message from validated arguments and hand it to its handler."""
         message = self.tool.model_validate(arguments)
-        outputs = await message.handle_async()
+        if self.handler is not None:
+            outputs = self.handler(message)
+            if inspect.isawaitable(outputs):
+                outputs = await outputs
+        else:
+            outputs = await message.handle_async()
+        if isinstance(outputs, DoneTool):  # langroid: a handler answering DoneTool ends the task
+            return finish(outputs.content)
         if isinstance(outputs, ToolMessage):  # a handler may answer with another tool call
             return json.dumps({"request": outputs.request, **outputs.arguments()})
         return outputs

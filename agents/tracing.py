@@ -12,7 +12,9 @@ a tracing SDK itself. The hook points:
 - ``KernelPool.execute`` (``agents/sandbox/pool.py``): a kernel cell, through ``Tracer.span``;
 - outgoing requests to remote A2A agents (``agents/remote.py``), MCP servers
   (``agents/actions/mcp.py``) and OpenAI-compatible servers (``agents/llms/openai_client.py``):
-  ``outgoing_headers`` adds the trace context (W3C ``traceparent``) to their headers.
+  ``outgoing_headers`` adds the trace context (W3C ``traceparent``) to their headers (MCP: to
+  the call's ``_meta``); ``MCPConnection.call`` (``agents/actions/mcp_conn.py``) runs a call in
+  its caller's context, so the SDK's own ``_meta`` injection names the caller's span.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from agents.parsers import OutputParseError
 from app.engines.base import EngineError
 from app.ops.errors import error_envelope
 from app.ops.logging import get_request_id
+from app.outbound import OutboundRefused
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,8 @@ def public_error(exc: BaseException) -> dict[str, Any]:
         exc = upstream_unavailable(exc)
     if isinstance(exc, OutputParseError):  # the model's reply, shown its error once, failed again
         exc = AppError(str(exc), code="output_parse_error")
+    if isinstance(exc, OutboundRefused):  # a remote agent's URL refused when connecting
+        exc = ValidationFailed(str(exc), param="spec.remote", code="outbound_refused")
     if isinstance(exc, EngineError):
         kind = "invalid_request_error" if 400 <= exc.status < 500 else "server_error"
         envelope = error_envelope(exc.message, kind, exc.code, exc.param, get_request_id())

@@ -36,6 +36,7 @@ from app.outbound import OutboundPolicy
 from app.runtime.builders import default_registry
 from app.runtime.kernels import FleetKernelPool
 from app.runtime.liveness import Liveness, new_replica_id
+from app.runtime.registry import Registry
 from app.runtime.runs import RunManager
 from app.runtime.store.fleet import create_fleet_store
 from app.services.agent_directory import AgentDirectory
@@ -185,6 +186,16 @@ def _install_ops(app: FastAPI, settings: Settings) -> None:
     app.state.startup_hooks.append(lambda state: start_ops(state, ops))
 
 
+def _specs(app: FastAPI, settings: Settings) -> tuple[Registry, list[str]]:
+    """The registry and model names agent specs are checked against (the running app's, else
+    what it would have: the document is the same before the lifespan starts)."""
+    state = getattr(app.state, "agentstation", None)
+    if state is not None:
+        return state.registry, list(state.models.names())
+    registry = default_registry(OutboundPolicy.parse(settings.outbound_allow))
+    return registry, list(ModelRegistry(settings.models).names())
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A new application; nothing is connected until the lifespan starts."""
     settings = settings or get_settings()
@@ -192,7 +203,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.startup_hooks = []
     install_error_handlers(app)
-    install_openapi(app, anonymous=allow_anonymous(settings))
+    install_openapi(app, anonymous=allow_anonymous(settings), specs=lambda: _specs(app, settings))
     # Starlette tries routes in order (~0.6 µs each): the OpenAI routes, the hottest, go first.
     for router in (
         openai.router,

@@ -25,6 +25,8 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from app.errors import ErrorEnvelope
+from app.openapi_specs import agent_spec_schemas
+from app.runtime.registry import Registry
 from app.schemas.common import NAME_MAX_LENGTH, NAME_PATTERN
 from app.schemas.sessions import MemoryState
 
@@ -50,6 +52,10 @@ _PATH: Codes = {404: ("not_found",)}
 _QUERY: Codes = {422: ("invalid_value", "missing_field")}
 _PAGED: Codes = {400: ("invalid_cursor",)}
 # A spec is checked against the registry and the configured models (app.runtime.registry).
+# A spec is checked against the registry and the configured models (app.runtime.registry; the
+# document's ``AgentSpec`` states those rules, app/openapi_specs.py), and against what no schema
+# states: the tenant's stored agents it names, a task's responders and sub-task names, a tool's
+# own config, the outbound URL policy (DNS).
 _SPEC: Codes = {
     422: (
         "unknown_kind",
@@ -57,6 +63,15 @@ _SPEC: Codes = {
         "tools_not_supported",
         "unknown_tool",
         "invalid_tool_config",
+        "missing_field",
+        "not_supported",
+        "invalid_name",
+        "unknown_agent",
+        "agent_cycle",
+        "agent_depth",
+        "unknown_responder",
+        "duplicate_name",
+        "url_not_allowed",
     )
 }
 _BUSY: Codes = {409: ("session_busy",)}
@@ -266,13 +281,23 @@ def truthful(document: dict[str, Any], anonymous: bool = False) -> dict[str, Any
     return document
 
 
-def install(app: FastAPI, anonymous: bool = False) -> None:
-    """Serve the truthful document at /openapi.json (built once, on first use)."""
+def install(
+    app: FastAPI,
+    anonymous: bool = False,
+    specs: Callable[[], tuple[Registry, list[str]]] | None = None,
+) -> None:
+    """Serve the truthful document at /openapi.json (built once, on first use). ``specs``:
+    this server's registry and model names, for the agent spec's variants
+    (app/openapi_specs.py)."""
     generate: Callable[[], dict[str, Any]] = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = truthful(generate(), anonymous)
+            document = truthful(generate(), anonymous)
+            if specs is not None:
+                registry, models = specs()
+                agent_spec_schemas(document["components"]["schemas"], registry, models)
+            app.openapi_schema = document
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -81,7 +81,7 @@ class OutboundPolicy:
             return
         try:
             infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a label over 63 characters
             raise OutboundRefused(f"{host!r} does not resolve: {exc}") from None
         for info in infos:
             address = ipaddress.ip_address(info[4][0])

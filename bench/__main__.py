@@ -33,6 +33,7 @@ BENCHMARKS = [
     "http_client",
     "sandbox",
     "engine",
+    "responses",
 ]
 SCRIPT_TIMEOUT_S = 300
 

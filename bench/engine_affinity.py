@@ -21,7 +21,7 @@ sent to the first content chunk) of the last turn, median and p90 over the sessi
 
 ``python -m bench.engine_affinity [--sessions 16] [--turns 20] [--max-tokens 16]
 [--kv-cache-mib 64]`` (prints JSON rows and a table; writes
-bench/results/engine_affinity-kv<MiB>.json).
+bench/results/engine_affinity-kv<MiB>-t<max tokens>.json).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import statistics
 import sys
@@ -40,7 +41,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import RESULTS_DIR, ServerProcess, free_port
+from bench.common import RESULTS_DIR, ServerProcess, free_port, machine_description
 from bench.engine import ENGINE_ENV, START_TIMEOUT_S
 from bench.report import markdown_table
 
@@ -164,7 +165,10 @@ async def measure(
             for policy in POLICIES:  # the next user message
                 for history in histories[policy]:
                     history.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
-    for handle in handles.values():
+    spread = {}
+    for policy, handle in handles.items():
+        pool = getattr(handle, "pool", None)
+        spread[policy] = [u.requests for u in pool.upstreams] if pool is not None else []
         await handle.close()
     rows: list[dict[str, Any]] = []
     for policy in POLICIES:
@@ -178,6 +182,7 @@ async def measure(
                 "last_turn_ttft_p50_ms": round(statistics.median(ttfts[policy]) * 1000, 1),
                 "last_turn_ttft_p90_ms": round(_pct(ttfts[policy], 0.9) * 1000, 1),
                 "queried_tokens": int(q),
+                "requests_per_server": spread[policy],
             }
         )
     p50 = {p: statistics.median(ttfts[p]) for p in POLICIES}
@@ -212,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         result = asyncio.run(measure(fleets, args.sessions, args.turns, args.max_tokens))
         result["kv_cache_mib"] = args.kv_cache_mib
+        result["machine"] = machine_description()
+        result["load_average_1m_at_end"] = os.getloadavg()[0]  # other work on the machine
     for row in result["rows"]:
         print(json.dumps(row))
     print(markdown_table(result["rows"]))
@@ -219,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "met" if met else "not met"
     print(f"last-turn TTFT p50, session / round robin: {ratio} (goal {result['goal']}: {verdict})")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"engine_affinity-kv{args.kv_cache_mib}.json"
+    out = RESULTS_DIR / f"engine_affinity-kv{args.kv_cache_mib}-t{args.max_tokens}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 

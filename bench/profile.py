@@ -1,6 +1,7 @@
 """Profile the gateway under load with py-spy: where a request's CPU goes.
 
-``python -m bench.profile chat|agent|session|proxy|stream [--db sqlite|postgres] [--seconds 5]``
+``python -m bench.profile chat|agent|session|proxy|stream|responses [--db sqlite|postgres]
+[--seconds 5]`` (``responses``: ``POST /v1/responses``, ``store: false``, bench/responses.py's body)
 starts the gateway as the benchmarks do, drives it with wrk at 32 connections (``stream``:
 ``--connections`` concurrent 20 tokens/s SSE streams) while py-spy
 samples the thread holding the GIL (``--gil``: Python CPU, not threads idling in aiosqlite
@@ -25,6 +26,7 @@ from bench.gateway import AGENT, CHAT_BODY, GATEWAY_ENV, SCRIPTED, create_agent,
 from bench.load import LoadSpec, run_load
 from bench.proxy import BODY as PROXY_BODY
 from bench.proxy import mock_model
+from bench.responses import RESPONSES, RESPONSES_PATH
 from bench.streaming import STREAM_MODEL, run_level
 
 _LINE = re.compile(r":\d+\)$")
@@ -73,6 +75,7 @@ def _target(name: str, db: str, stack: contextlib.ExitStack) -> tuple[int, LoadS
     spec = {
         "chat": LoadSpec(name, gw.base_url, CHAT_BODY, path),
         "agent": LoadSpec(name, gw.base_url, {**CHAT_BODY, "model": AGENT}, path),
+        "responses": LoadSpec(name, gw.base_url, RESPONSES, [RESPONSES_PATH]),
     }.get(name) or session_spec(name, gw, 64)
     return gw.proc.pid if gw.proc else 0, spec
 
@@ -80,7 +83,9 @@ def _target(name: str, db: str, stack: contextlib.ExitStack) -> tuple[int, LoadS
 def main(argv: list[str] | None = None) -> int:
     """Start, load, sample, summarize."""
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
-    parser.add_argument("target", choices=["chat", "agent", "session", "proxy", "stream"])
+    parser.add_argument(
+        "target", choices=["chat", "agent", "session", "proxy", "stream", "responses"]
+    )
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)

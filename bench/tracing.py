@@ -10,7 +10,8 @@ SQLite: admission, store and run spans) on
   fails, as in a venv without it) — the reference;
 - ``off``: installed, no ``OTEL_*`` variable (as shipped);
 - ``on``: ``OTEL_EXPORTER_OTLP_ENDPOINT`` = a local OTLP/HTTP sink (bench/baselines/otlp_sink.py),
-  the SDK's batch span processor, every span sampled.
+  the SDK's batch span processor, every span sampled;
+- ``sampled``: the same with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` at 10 %.
 
 Goals: off ≥ 0.99× and on ≥ 0.9× the ``none`` throughput on each path. ``--baseline DIR`` adds
 ``off-old``: that tree (e.g. the commit before tracing) served as is, no OTEL variable.
@@ -46,7 +47,12 @@ from bench.load import LoadResult, LoadSpec, alternate, stalled, summarize
 NAME = "tracing"
 SESSIONS = 128
 MIN_OFF, MIN_ON = 0.99, 0.90
-BASE_ENV = {"AGENTSTATION_SANDBOX_ENABLED": "false", "OTEL_SDK_DISABLED": ""}
+BASE_ENV = {
+    "AGENTSTATION_SANDBOX_ENABLED": "false",
+    "OTEL_SDK_DISABLED": "",
+    "OTEL_TRACES_SAMPLER": "parentbased_always_on",  # the default, whatever the shell says
+    "OTEL_TRACES_SAMPLER_ARG": "",
+}
 # Every OTEL_* variable a developer's shell may hold is blanked for the untraced gateways.
 OTEL_BLANK = {
     "OTEL_EXPORTER_OTLP_ENDPOINT": "",
@@ -60,10 +66,13 @@ def _gateway(name: str, mode: str, sink: ServerProcess | None, tree: Path | None
     env = {**BASE_ENV, **OTEL_BLANK}
     if mode == "none":
         env["PYTHONPATH"] = f"{BENCH_DIR / 'no_otel_site'}:{ROOT}"
-    elif mode == "on":
+    elif mode in ("on", "sampled"):
         assert sink is not None
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = sink.base_url
         env["OTEL_SERVICE_NAME"] = "agentstation-bench"
+        if mode == "sampled":
+            env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+            env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
     return gateway_server(name, SCRIPTED, None, tree=tree, **env)
 
 
@@ -104,7 +113,7 @@ def _row(name: str, thr: LoadResult, lat: LoadResult, ref: LoadResult) -> dict[s
 def run(opts: BenchOptions) -> BenchResult:
     """Start the sink and the gateways, alternate the load per path, compare with ``none``."""
     result = BenchResult(NAME)
-    modes = ["none", "off", "on"] + (["off-old"] if opts.baseline is not None else [])
+    modes = ["none", "off", "on", "sampled"] + (["off-old"] if opts.baseline is not None else [])
     with contextlib.ExitStack() as stack:
         sink = stack.enter_context(uvicorn_server("otlp-sink", "bench.baselines.otlp_sink:app"))
         by_mode: dict[str, list[LoadSpec]] = {}
@@ -126,7 +135,7 @@ def run(opts: BenchOptions) -> BenchResult:
         result.rows.append(_row(spec.name, t[spec.name], la[spec.name], t[f"{path}-none"]))
     for row in result.rows:
         path, mode = row["target"].split("-", 1)
-        want = {"off": MIN_OFF, "on": MIN_ON}.get(mode)
+        want = {"off": MIN_OFF, "on": MIN_ON}.get(mode)  # sampled: a figure, no goal
         if want is None or row["vs_none"] is None:
             continue
         result.goals.append(

@@ -65,7 +65,7 @@ def install(path: str) -> None:
                 run["tok"] = time.perf_counter()
             yield delta
 
-    async def traced_append(self: Any, type_: str, data: dict[str, Any]) -> Any:
+    async def traced_append(self: Any, type_: Any, data: dict[str, Any]) -> Any:
         if type_ == "message.delta":
             stamps.setdefault(self.run_id, {}).setdefault("delta", time.perf_counter())
         return await append(self, type_, data)

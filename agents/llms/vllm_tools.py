@@ -91,6 +91,9 @@ class ToolStream:
     function_name: str = ""  # for mode "named"
     parser: Any = None  # a vLLM ToolParser for mode "auto"
     vllm_request: Any = None  # the vLLM ChatCompletionRequest the parser reads
+    # The content is grammar-made JSON (``response_format`` json_schema or json_object, no
+    # tools): made strict as it comes, as forced calls' arguments are.
+    json_content: bool = False
     text: str = ""
     calls: list[dict[str, Any]] = field(default_factory=list)
     content: str | None = None
@@ -102,8 +105,8 @@ class ToolStream:
     def feed(self, delta: str) -> list[dict[str, Any]]:
         """Stream deltas (``{"content": ...}`` or ``{"tool_calls": [...]}``) for new text."""
         start = not self.text
-        if self.mode in ("named", "required"):  # grammar-made JSON: made strict as it comes
-            delta = self._strict.feed(delta)
+        if self.mode in ("named", "required") or (self.json_content and self.mode == "none"):
+            delta = self._strict.feed(delta)  # grammar-made JSON: made strict as it comes
         self.text += delta
         if self.mode == "none":
             return _content(delta)

@@ -26,6 +26,7 @@ from agents.sandbox.launcher import LaunchSpec, spawn, write_startup
 from agents.sandbox.output import CellResult, OutputCollector
 
 log = logging.getLogger("agents.sandbox")
+_IDLE_GRACE_S = 5.0  # how long the output of a cell may lag its reply
 _POLL_MS = 200  # how often a waiting cell checks that the kernel process is still alive
 
 
@@ -185,7 +186,10 @@ class SandboxKernel:
         while True:
             now = time.monotonic()
             if reply is not None:
-                # Idle follows the reply at once; a lost one (dropped connection) costs 0.5 s.
+                # Idle follows the reply at once; a lost one (dropped connection) costs
+                # _IDLE_GRACE_S. 0.5 s was too short on a loaded host (load average 15 on 2
+                # cores): a cell's output still on its way was dropped and the cell marked
+                # truncated (seen in tests/fleet/test_fleet.py).
                 if collector.idle or now > idle_deadline:
                     return reply
             elif now >= deadline or not self.alive:
@@ -200,7 +204,7 @@ class SandboxKernel:
                 msg = await shell.get_msg(timeout=0)
                 if msg["parent_header"].get("msg_id") == msg_id and reply is None:
                     reply = msg
-                    idle_deadline = time.monotonic() + 0.5
+                    idle_deadline = time.monotonic() + _IDLE_GRACE_S
 
     async def interrupt(self) -> None:
         """Interrupt the running cell by a control message (a signal would hit the wrapper)."""

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from agents import tracing
-from agents.sandbox import selftest, workdirs
+from agents.sandbox import cgroups, selftest, workdirs
 from agents.sandbox.config import Level, SandboxConfig, level_rank
 from agents.sandbox.kernel import SandboxKernel
 from agents.sandbox.launcher import SANDBOX_WORKDIR, LaunchSpec, kernel_env, sandboxed
@@ -29,6 +29,15 @@ from agents.sandbox.reaper import FileLock, UidAllocator, reap_leftovers
 
 log = logging.getLogger("agents.sandbox")
 KernelKey = tuple[str, str]
+# A stdio server's first step (run by the service's Python, before the sandbox drops its
+# privileges): join the cgroup (its ``cgroup.procs`` files, then ``--``), then exec the rest.
+JOIN_CGROUP = (
+    "import os, sys\n"
+    "cut = sys.argv.index('--')\n"
+    "for procs in sys.argv[1:cut]:\n"
+    "    open(procs, 'w').write(str(os.getpid()))\n"
+    "os.execvp(sys.argv[cut + 1], sys.argv[cut + 1:])\n"
+)
 
 
 class SandboxError(RuntimeError):
@@ -45,6 +54,7 @@ class KernelPool:
         self.kernels: dict[KernelKey, SandboxKernel] = {}
         self._locks: dict[KernelKey, asyncio.Lock] = {}
         self._uids: dict[str, int] = {}
+        self._stdio_groups: dict[str, list[cgroups.KernelCgroup]] = {}  # stdio servers' cgroups
         self._thread: LoopThread | None = None
         self._start_slots: asyncio.Semaphore | None = None
         self._slot_freed: asyncio.Condition | None = None
@@ -112,9 +122,11 @@ class KernelPool:
         self, session_key: str, argv: list[str]
     ) -> tuple[list[str], dict[str, str], str]:
         """(argv, env, cwd) that run ``argv`` in the session's sandbox, as its kernels run
-        (uid, rlimits, bubblewrap at L3, a cleared environment), with stdin/stdout left to
-        the caller (an MCP stdio server). cgroups are not applied (they need the start gate,
-        which would consume the protocol's first line): rlimits bound memory and processes."""
+        (uid, rlimits, bubblewrap at L3, a cleared environment, and a cgroup with the
+        kernels' memory and process limits where cgroups are writable), with stdin/stdout
+        left to the caller (an MCP stdio server). The process joins its cgroup itself before
+        anything else runs (``JOIN_CGROUP``: it writes its pid, then execs the sandbox), so
+        stdin stays the protocol's; the group is removed with the session's kernels."""
         return await self._loop().run(self._stdio_launch(session_key, argv))
 
     async def _stdio_launch(
@@ -137,7 +149,19 @@ class KernelPool:
         spec = LaunchSpec(self.level, uid, workdir, run_dir, run_dir / "unused.json")
         marker = f"{self.pool_id}-stdio"
         env = kernel_env(self.config, spec, marker)
-        return sandboxed(self.config, spec, argv), env, str(workdir)
+        command = sandboxed(self.config, spec, argv)
+        groups = self._stdio_groups.setdefault(session_key, [])
+        for ended in [g for g in groups if not g.pids()]:  # servers that have exited
+            ended.kill()
+            groups.remove(ended)
+        group = cgroups.create(
+            f"{marker}-{run_dir.name}", self.config.memory_bytes, self.config.max_procs
+        )
+        if group is not None:
+            groups.append(group)
+            procs = [str(p) for p in group.procs_files]
+            command = [sys.executable, "-c", JOIN_CGROUP, *procs, "--", *command]
+        return command, env, str(workdir)
 
     def save_file(self, session_key: str, relpath: str, data: bytes) -> str:
         """Write a file into the session's work dir; returns its path as the kernel sees it."""
@@ -355,6 +379,8 @@ class KernelPool:
     async def _shutdown_session(self, session_key: str, remove_files: bool) -> None:
         for key in [k for k in self.kernels if k[0] == session_key]:
             await self._drop(key)
+        for group in self._stdio_groups.pop(session_key, []):
+            group.kill()
         uid = self._uids.pop(session_key, None)
         if uid is not None and self._allocator is not None:
             self._allocator.release(uid)  # also kills what a kernel left running
@@ -380,6 +406,10 @@ class KernelPool:
         if self._reaper is not None:
             self._reaper.cancel()
         await asyncio.gather(*(self._drop(key) for key in list(self.kernels)))
+        for groups in self._stdio_groups.values():
+            for group in groups:
+                group.kill()
+        self._stdio_groups.clear()
         if self._allocator is not None:
             self._allocator.release_all()
         shutil.rmtree(self.run_root / self.pool_id, ignore_errors=True)

@@ -126,10 +126,12 @@ def updates(event: Event, run_id: str, context_id: str) -> list[Any]:
     return []
 
 
+# The states a task never leaves.
+FINAL_STATES = frozenset(
+    {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
+)
+
+
 def is_final(update: Any) -> bool:
     """A status update that ends the task."""
-    return isinstance(update, TaskStatusUpdateEvent) and update.status.state in (
-        TaskState.TASK_STATE_COMPLETED,
-        TaskState.TASK_STATE_FAILED,
-        TaskState.TASK_STATE_CANCELED,
-    )
+    return isinstance(update, TaskStatusUpdateEvent) and update.status.state in FINAL_STATES

@@ -31,11 +31,12 @@ from a2a.utils.errors import (
     InvalidParamsError,
     InvalidRequestError,
     PushNotificationNotSupportedError,
+    TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
 
-from app.a2a.convert import is_final, message_text, task_of, updates
+from app.a2a.convert import FINAL_STATES, is_final, message_text, task_of, updates
 from app.db.base import new_id
 from app.errors import AppError, NotFound
 from app.runtime.public import run_public
@@ -156,9 +157,12 @@ class RunsRequestHandler(RequestHandler):
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
-        """Cancel the run (model call and tool stopped); the task as it ended."""
+        """Cancel the run (model call and tool stopped); the task as it ended. A task that has
+        ended already: ``TaskNotCancelableError`` (-32002), as the SDK's own handlers answer."""
         call = _call(context)
-        await self._task(call, params.id)  # 404 for another tenant's or agent's run
+        task = await self._task(call, params.id)  # 404 for another tenant's or agent's run
+        if task.status.state in FINAL_STATES:
+            raise TaskNotCancelableError(message=f"task {params.id!r} has already ended")
         await call.state.run_manager.cancel(params.id, CancelMode.CANCELLED)
         return await self._task(call, params.id)
 

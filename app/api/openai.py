@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.fastpath import RequestOnlyRoute, documented, header_parameter
+from app.api.sessions import IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_KEY_MAX_LENGTH
 from app.api.sse import SSE_RESPONSES, chunk_stream
 from app.deps import (
     PrincipalDep,
@@ -91,7 +92,26 @@ _CHAT_DOC = documented(
         "With X-Session-Id: what a message to a busy session does",
         titled=False,
     ),
+    header_parameter(
+        IDEMPOTENCY_KEY_HEADER,
+        {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH},
+        "With X-Session-Id: a key sent again answers the turn it started (as POST /messages)",
+        titled=False,
+    ),
 )
+
+
+def idempotency_key_header(request: Request) -> str | None:
+    """``Idempotency-Key`` (400 over 256 characters; empty: none)."""
+    value = request.headers.get(IDEMPOTENCY_KEY_HEADER) or None
+    if value is not None and len(value) > IDEMPOTENCY_KEY_MAX_LENGTH:
+        raise BadRequest(
+            f"{IDEMPOTENCY_KEY_HEADER}: String should have at most "
+            f"{IDEMPOTENCY_KEY_MAX_LENGTH} characters",
+            param=IDEMPOTENCY_KEY_HEADER,
+            code="invalid_value",
+        )
+    return value
 
 
 def session_id_header(request: Request) -> str | None:
@@ -138,6 +158,7 @@ async def chat_completions(request: Request) -> Response:
     who = await authenticate(request)
     x_session_id = session_id_header(request)
     strategy = strategy_header(request)
+    idempotency_key = idempotency_key_header(request)
     body = validated_body(ChatCompletionRequest, data)
     state = app_state(request)
     agent = (await _agents(state, who.tenant_id)).get(body.model)
@@ -156,7 +177,7 @@ async def chat_completions(request: Request) -> Response:
             # The turn POST /v1/sessions/{id}/messages runs (one submission and admission
             # path; a whole answer runs in this request's task), its events as chat pieces.
             pieces = await chat_sessions.session_pieces(
-                state, who.tenant_id, agent, x_session_id, body, strategy
+                state, who.tenant_id, agent, x_session_id, body, strategy, idempotency_key
             )
         else:
             if agent.spec.approval_tools() is not None:

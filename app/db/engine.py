@@ -41,7 +41,8 @@ def create_engine(
     ``replica``: a gateway replica's id (app/runtime/liveness.py). Every PostgreSQL connection
     carries it as ``application_name`` (``agentstation:<id>``: how other replicas tell it is
     connected, and which backends to end when it is declared dead) and as the setting
-    ``agentstation.replica`` (the default of ``runs.replica``, migration 0009).
+    ``agentstation.replica`` (the default of ``runs.replica``, migration 0010); its backends
+    check every second that it is still connected (PostgreSQL 14+).
     """
     if url.startswith("sqlite"):  # statements on the loop's thread: app/db/sqlite_inline.py
         kwargs.setdefault("async_creator", inline_creator(url))
@@ -54,6 +55,14 @@ def create_engine(
             kwargs["connect_args"]["server_settings"] = {
                 "application_name": f"{APPLICATION_PREFIX}{replica}",
                 "agentstation.replica": replica,
+                # A backend whose replica died while it waited in a statement (a lock) ends
+                # within a second instead of holding what it has until the wait is over.
+                "client_connection_check_interval": "1000",
+                # A replica whose host vanished (no FIN) loses its connections within ~11 s of
+                # silence: then it is dead to the others (``pg_stat_activity``).
+                "tcp_keepalives_idle": "5",
+                "tcp_keepalives_interval": "2",
+                "tcp_keepalives_count": "3",
                 **kwargs["connect_args"].get("server_settings", {}),
             }
     engine = create_async_engine(url, **kwargs)

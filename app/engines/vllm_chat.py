@@ -186,11 +186,13 @@ class VllmChatBackend:
 
             cls = ToolParserManager.get_tool_parser(self.tool_call_parser or "")
             parser = cls(self.engine.tokenizer(), plan.vllm_request.tools)
+        fmt = getattr(plan.vllm_request, "response_format", None)
         return ToolStream(
             plan.mode,
             function_name=plan.function_name,
             parser=parser,
             vllm_request=plan.vllm_request,
+            json_content=getattr(fmt, "type", None) in ("json_schema", "json_object"),
         )
 
     async def _plan(self, request: dict[str, Any]) -> _Plan:

@@ -181,7 +181,9 @@ def start_tracing(state: AppState, tracing: Tracing) -> Callable[[], None]:
     from app.ops.tracing_agents import AgentTracer
     from app.ops.tracing_runs import trace_runs
 
-    tracer = AgentTracer(tracing.tracer, tracing.capture_content)
+    sampler = getattr(tracing.provider, "sampler", None)
+    parent_based = type(sampler).__name__.startswith("ParentBased")
+    tracer = AgentTracer(tracing.tracer, tracing.capture_content, parent_based)
     agent_tracing.install(tracer)
     for handle in state.models.handles.values():
         if isinstance(handle.llm, InstrumentedLLM):

@@ -104,13 +104,27 @@ def input_messages(messages: Messages) -> str:
 class AgentTracer:
     """Spans for ``agents.tracing`` hook points and ``InstrumentedLLM`` model calls."""
 
-    def __init__(self, tracer: Tracer, capture_content: bool = False) -> None:
+    def __init__(
+        self, tracer: Tracer, capture_content: bool = False, parent_based: bool = False
+    ) -> None:
         self.tracer = tracer
         self.capture_content = capture_content
+        # The sampler follows the parent (OTEL_TRACES_SAMPLER=parentbased_*, the default): a
+        # span under a sampled-out parent would not be recorded, so none is started at all.
+        self.parent_based = parent_based
+
+    def _skipped(self) -> bool:
+        """Whether the current span was sampled out, so that no child of it is recorded."""
+        if not self.parent_based:
+            return False
+        current = trace.get_current_span().get_span_context()
+        return current.is_valid and not current.trace_flags.sampled
 
     # -- agents.tracing.Tracer ----------------------------------------------------------------
     def agent(self, agent: Any, session_id: Any, stream: AsyncIterator[T]) -> AsyncIterator[T]:
         """``invoke_agent {name}`` around one turn; nested agents' spans are its children."""
+        if self._skipped():
+            return stream
         name = getattr(agent, "name", None) or type(agent).__name__
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -136,6 +150,8 @@ class AgentTracer:
         self, name: str, arguments: Any, call_id: str | None, call: Callable[[], Awaitable[R]]
     ) -> R:
         """``execute_tool {name}`` around one call; a failed call's span has ``error.type``."""
+        if self._skipped():
+            return await call()
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
@@ -183,6 +199,8 @@ class AgentTracer:
         stream: Callable[[], AsyncIterator[LLMDelta]],
     ) -> AsyncIterator[LLMDelta]:
         """``chat {model}`` around one model call: TTFT as an event, usage, finish reason."""
+        if self._skipped():
+            return stream()
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,

@@ -62,6 +62,7 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
     if not spec.sub_agents:
         return _with_gen_params(agent, spec)
     from agents.task import Task
+    from agents.task_types import TaskConfig
 
     # A review round: the answer goes to each sub-agent in turn and back; the agent ends it.
     subs = [Task(_member(sub, ctx, key), single_round=True) for key, sub in _subs(spec)]
@@ -73,6 +74,10 @@ def build_agent(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
         max_turns=1 + 2 * len(subs),
         gen_params=spec.gen_params.to_kwargs(),
         restart=False,  # a session's turns share the memory
+        # A review round is not a langroid program: "DONE" in an answer is just text.
+        config=TaskConfig(
+            recognize_string_signals=False, inf_loop_cycle_len=4, inf_loop_wait_factor=3
+        ),
     )
     task.agentstation_gen_params = {}  # the spec's: gen_params
     result: ServableAgent = task
@@ -163,7 +168,7 @@ def _done_rules(done: DoneSpec | None) -> dict[str, Any]:
     }
 
 
-_TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
+TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
 _PROXY_FIELDS = ("human_input_mode", "max_consecutive_auto_reply")
 
 
@@ -191,7 +196,7 @@ def build_user_proxy(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
 
 
 def _kind_of_field(field: str) -> str:
-    return "task" if field in _TASK_FIELDS else "user_proxy"
+    return "task" if field in TASK_FIELDS else "user_proxy"
 
 
 def check_user_proxy(spec: AgentSpec, prefix: str) -> None:
@@ -203,7 +208,7 @@ def check_user_proxy(spec: AgentSpec, prefix: str) -> None:
             param=f"{prefix}.agent",
             code="missing_field",
         )
-    for field in _TASK_FIELDS[1:]:
+    for field in TASK_FIELDS[1:]:
         if getattr(spec, field) is not None:
             raise ValidationFailed(
                 f"{field!r} is for kind 'task' (this is 'user_proxy')",
@@ -231,7 +236,7 @@ def check_approval(spec: AgentSpec, prefix: str) -> None:
 def check_single(spec: AgentSpec, prefix: str) -> None:
     """``agent`` / ``tool_agent``: the task fields are a mistake, not something to ignore."""
     check_approval(spec, prefix)
-    for field in (*_TASK_FIELDS, *_PROXY_FIELDS):
+    for field in (*TASK_FIELDS, *_PROXY_FIELDS):
         if getattr(spec, field) is not None:
             raise ValidationFailed(
                 f"{field!r} is for kind {_kind_of_field(field)!r} (this is {spec.kind!r})",
@@ -243,6 +248,13 @@ def check_single(spec: AgentSpec, prefix: str) -> None:
 def check_task(spec: AgentSpec, prefix: str) -> None:
     """422s of a ``task`` spec beyond its schema."""
     check_approval(spec, prefix)
+    for field in _PROXY_FIELDS:
+        if getattr(spec, field) is not None:
+            raise ValidationFailed(
+                f"{field!r} is for kind 'user_proxy' (this is 'task')",
+                param=f"{prefix}.{field}",
+                code="not_supported",
+            )
     if spec.agent is None:
         raise ValidationFailed(
             "a task needs an agent (a stored agent's name or a spec)",

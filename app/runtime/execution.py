@@ -14,6 +14,7 @@ from app.errors import database_unavailable, public_error
 from app.ops.budget import STOP_REASON as BUDGET_STOP
 from app.ops.budget import BudgetExceeded, budget_scope
 from app.ops.logging import run_id_var
+from app.outbound import OutboundRefused
 from app.runtime.approvals import waiting_state
 from app.runtime.finish import finish, finish_safely, guard
 from app.runtime.jobs import Job, JobDeps, Turn
@@ -87,11 +88,18 @@ async def execute(deps: JobDeps, job: Job) -> None:
     except asyncio.CancelledError:
         mode = job.cancel_mode or CancelMode.SHUTDOWN
         status, keep = cancel_outcome(mode)
+        if keep and turn is None and job.resume is None:
+            # Interrupted before its turn began (its memory not loaded yet): it still keeps
+            # its input, as a run interrupted a moment later does.
+            turn = await _input_only(deps, job, lambda: result.usage)
         await finish_safely(deps, job, status, mode, result, turn if keep else None)
     except Exception as exc:
         # The detail (it may hold SQL and its parameters, paths, other tenants' ids) goes to
         # the log only; the run's error says what a client may know, with the request id.
-        log.exception("run %s failed", job.run_id)
+        if isinstance(exc, OutboundRefused):  # the policy's answer, not a fault of ours
+            log.warning("run %s: outbound URL refused: %s", job.run_id, exc)
+        else:
+            log.exception("run %s failed", job.run_id)
         error = public_error(exc)
         await finish_safely(deps, job, RunStatus.FAILED, StopReason.ERROR, result, None, error)
     finally:
@@ -148,6 +156,18 @@ async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:
             merge_state(agent.state_dict(job.session_key), stored), session_id=job.session_key
         )
     return Turn(agent, None, {k: len(v) for k, v in stored.items()}, rev, budget)
+
+
+async def _input_only(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn | None:
+    """The turn of a run stopped before it began, with only its input added to the agent's
+    memory (None when that cannot be done: the input is then dropped, as before)."""
+    try:
+        turn = await _begin(deps, job, usage)
+        turn.agent.update_memory(job.message, session_id=job.session_key)
+    except Exception:
+        log.exception("run %s: keeping the input of an interrupted run failed", job.run_id)
+        return None
+    return turn
 
 
 async def _reload(deps: JobDeps, job: Job) -> dict[str, list[dict[str, Any]]]:

@@ -14,9 +14,12 @@ no database connection left). For each dead replica it closes its active runs, f
 
 Each close writes the run's terminal event (and a ``run.gap`` for ids its owner may have sent),
 so followers through any replica end their streams. With the defaults (``beat_s`` 2, ``ttl_s``
-10) a SIGKILLed replica's runs are closed within about ``beat_s``, a hung one's within
-``ttl_s + beat_s``. Concurrent sweeps by several replicas are safe: closing a run is a
-conditional update of its row (``Orphans.close``).
+60) a SIGKILLed or crashed replica's runs are closed within about ``beat_s`` (its connections
+close with it), a vanished host's within about 11 s more (its connections' TCP keepalive,
+app/db/engine.py), and a hung replica that keeps its connections within ``ttl_s + beat_s``
+(a TTL much lower fenced live replicas whose event loop was starved on a loaded host).
+Concurrent sweeps by several replicas are safe: closing a run is a conditional update of its
+row (``Orphans.close``).
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ from collections.abc import Callable
 
 from app.runtime.orphans import Orphans
 from app.runtime.store.fleet import FleetStore
+from app.schemas.vocab import CancelMode
 
 log = logging.getLogger(__name__)
 
-LOST = "replica_lost"  # the stop reason of a dead replica's runs
+LOST = CancelMode.REPLICA_LOST  # the stop reason of a dead replica's runs
 
 
 def new_replica_id(name: str = "") -> str:
@@ -52,7 +56,7 @@ class Liveness:
         replica: str,
         draining: Callable[[], bool],
         beat_s: float = 2.0,
-        ttl_s: float = 10.0,
+        ttl_s: float = 60.0,
     ) -> None:
         self.fleet = fleet
         self.orphans = orphans

@@ -43,12 +43,11 @@ class Orphans:
             run_id, lambda mode: cancel_outcome(mode)[0], mode, self.public, waiting_only
         )
 
-    async def reap(
-        self, run_id: str, session_pk: str, mode: str = CancelMode.SERVER_RESTART
-    ) -> bool:
+    async def reap(self, run_id: str, session_pk: str, mode: str = CancelMode.REPLICA_LOST) -> bool:
         """Close ``run_id`` if it is ``running`` but nobody holds its session (its replica
-        died); True if it did. On SQLite one process runs a database's runs: nothing to do
-        (``recover`` closed what a previous process left)."""
+        died: ``replica_lost``, as the liveness sweep says too); True if it did. On SQLite
+        one process runs a database's runs: nothing to do (``recover`` closed what a previous
+        process left)."""
         if not self.locks.replicas or self.owned(run_id):
             return False
         async with self.locks.try_hold(session_pk) as free:

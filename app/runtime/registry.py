@@ -101,6 +101,12 @@ class Registry:
         if spec.remote is not None:
             self._validate_remote(spec, prefix)
             return
+        if spec.api_key_env is not None:
+            raise ValidationFailed(
+                "api_key_env is for a remote agent (with 'remote')",
+                param=f"{prefix}.api_key_env",
+                code="not_supported",
+            )
         kind = self.kinds.get(spec.kind)
         if kind is None:
             raise ValidationFailed(
@@ -149,9 +155,8 @@ class Registry:
                 self.validate(child, models, param)
 
     def _validate_remote(self, spec: AgentSpec, prefix: str) -> None:
-        """A remote agent: an allowed URL (syntax and listed or literal addresses; host names
-        are resolved and checked again when connecting) and a key variable with the prefix."""
-        self._check_url(spec.remote or "", f"{prefix}.remote")
+        """A remote agent: a key variable with the prefix and an allowed URL (syntax and
+        listed or literal addresses; ``check_remotes`` resolves host names)."""
         env = spec.api_key_env
         if env is not None and not env.startswith(self.remote_key_prefix):
             raise ValidationFailed(
@@ -159,6 +164,23 @@ class Registry:
                 param=f"{prefix}.api_key_env",
                 code="invalid_value",
             )
+        self._check_url(spec.remote or "", f"{prefix}.remote")
+
+    def check_remotes(self, spec: AgentSpec, prefix: str = "spec") -> None:
+        """422 ``url_not_allowed`` naming the first remote agent of ``spec`` (or an inline
+        agent in it) whose URL the outbound policy refuses now, its host name resolved (call
+        off the event loop: it resolves names). An agent is checked so when it is stored or
+        updated; a run checks again when it connects (DNS may change meanwhile)."""
+        if spec.remote is not None:
+            try:
+                self.outbound.check(spec.remote)
+            except OutboundRefused as exc:
+                raise ValidationFailed(
+                    str(exc), param=f"{prefix}.remote", code="url_not_allowed"
+                ) from None
+        for param, child in spec.children(prefix):
+            if isinstance(child, AgentSpec):
+                self.check_remotes(child, param)
 
     def _check_url(self, url: str, param: str) -> None:
         """422 ``url_not_allowed`` unless the URL passes the outbound policy (syntax, listed,

@@ -74,7 +74,13 @@ class MemoryEntry(BaseModel):
     )
 
 
-MemoryState = dict[str, list[MemoryEntry | str]]
+# A memory key: ``memory`` (the agent's), ``<sub-agent>.memory``, ``<a>.<b>.memory`` (its
+# state_dict's keys); which exist depends on the session's agent (422 unknown_memory_key).
+MEMORY_KEY = r"^([^.]+\.)*memory$"
+MemoryState = Annotated[
+    dict[str, list[MemoryEntry | str]],
+    Field(json_schema_extra={"propertyNames": {"pattern": MEMORY_KEY}}),
+]
 
 
 class UsagePublic(BaseModel):

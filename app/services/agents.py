@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -59,6 +61,7 @@ async def create_agent(
 ) -> Agent:
     """Validate the spec and store version 1."""
     registry.validate(body.spec, models)
+    await asyncio.to_thread(registry.check_remotes, body.spec)  # resolves remote hosts
     await check_refs(db, tenant_id, body.name, body.spec)
     now = utcnow()
     agent = Agent(
@@ -96,6 +99,7 @@ async def update_agent(
     """Store a new version of the spec (version + 1)."""
     agent = await get_agent(db, tenant_id, name)
     registry.validate(body.spec, models)
+    await asyncio.to_thread(registry.check_remotes, body.spec)  # resolves remote hosts
     await check_refs(db, tenant_id, name, body.spec)
     agent.version += 1
     agent.spec = _spec_json(body.spec)

@@ -255,10 +255,9 @@ async def preflight_tenant(state: AppState, tenant_id: str) -> tuple[int | None,
 
 
 def check_ready(state: AppState, spec: AgentSpec) -> None:
-    """503 unless the spec's models (its participants' too) are loaded."""
-    named = spec.references()  # their models are checked once they are resolved
-    models: list[str | None] = [*sorted(spec.model_names())] or ([] if named else [None])
-    for model in models:
-        handle = state.models.get(model or "")
+    """503 unless the spec's models (its participants' too; stored ones once they are
+    resolved) are loaded. A remote agent uses none of this server's models."""
+    for model in sorted(spec.model_names()):
+        handle = state.models.get(model)
         if handle is None or not handle.ready:
             raise Unavailable(f"model {model!r} is not ready", code="model_not_ready")

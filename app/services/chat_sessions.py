@@ -28,11 +28,14 @@ from app.services.turns import TurnEnd, TurnRequest, submit_turn
 from app.state import AppState
 
 
-def session_turn(req: ChatCompletionRequest, strategy: str | None = None) -> TurnRequest:
+def session_turn(
+    req: ChatCompletionRequest, strategy: str | None = None, idempotency_key: str | None = None
+) -> TurnRequest:
     """The turn a chat request asks of its session: the trailing user messages as the message
     (400 before any statement when the last message is not the user's), the request's
     sampling fields as ``gen_params``, ``strategy`` (``X-Multitask-Strategy``; None: the
-    agent's default, else ``reject``), ``on_disconnect: continue``, ``source: openai``."""
+    agent's default, else ``reject``), ``on_disconnect: continue``, ``source: openai``, and
+    its ``Idempotency-Key`` (a key sent before answers the run it started)."""
     _, text = split_input(req.messages)
     gen_params = GenParams.model_validate(req.gen_params()).to_kwargs()
     return TurnRequest(
@@ -42,6 +45,7 @@ def session_turn(req: ChatCompletionRequest, strategy: str | None = None) -> Tur
         stream=req.stream,
         on_disconnect="continue",
         source="openai",
+        idempotency_key=idempotency_key,
     )
 
 
@@ -52,16 +56,16 @@ async def session_pieces(
     session_id: str,
     req: ChatCompletionRequest,
     strategy: str | None = None,
+    idempotency_key: str | None = None,
 ) -> AsyncIterator[Piece]:
     """A turn on the persistent session ``session_id`` (created on first use), submitted by
     ``submit_turn`` as ``POST /messages`` submits one: a streamed request follows the run's
     own task; a whole answer runs it in this request's task and is built from its end, kept
     in memory."""
-    turn = await submit_turn(
-        state, tenant_id, session_id, session_turn(req, strategy), agent=agent, create=True
-    )
+    request = session_turn(req, strategy, idempotency_key)
+    turn = await submit_turn(state, tenant_id, session_id, request, agent=agent, create=True)
     hold = holds_turns(turn.spec) or wants_json(req)
-    if not turn.inline:  # streamed, or an earlier run (never: chat sends no Idempotency-Key)
+    if not turn.inline:  # streamed, or the earlier run of its Idempotency-Key: followed
         return run_pieces(state, turn.run_id, hold, req)
     return _finished_pieces(await turn.finish(), hold, req)
 

@@ -1,6 +1,6 @@
 // AgentStation playground: plain JavaScript over the /v1 API (docs/api.md, docs/playground.md).
 import { api, apiError, ApiError, authHeaders, sleep, sseFrames, store } from "./api.js";
-import { $, ACTIVE, classify, ENDS, EV, V, ui } from "./common.js";
+import { $, ACTIVE, ENDS, EV, V, ui } from "./common.js";
 import {
   editAgent, fillModelSelect, fillSelect, hooks, newAgent, saveAgent, setView, showVersion,
   syncKind,
@@ -8,7 +8,9 @@ import {
 import { versionHooks } from "./versions.js";
 import { showTools, wireTools } from "./tools.js";
 import { renderSessions, setTitle, titleFrom, titleOf } from "./sessions.js";
-import { drawTimeline, loadFrames } from "./timeline.js";
+import { loadRunChoices, refreshTimeline } from "./timeline-tab.js";
+import { clearApprovals, renderApproval } from "./approvals.js";
+import { bubble, note, renderHistory, renderMessage, scrollDown, text } from "./transcript.js";
 import { showCode } from "./code.js";
 
 const WAITING = V.statuses.REQUIRES_ACTION;  // a run waiting for a person (approvals)
@@ -151,86 +153,10 @@ async function selectSession(id) {
   } else if (last && last.status === WAITING && last.required_action) {
     const run = newRun(last.id);  // waiting for a decision: ask for it again
     run.status = last.status;
-    renderApproval(run, last.required_action.tool_calls);
+    askApproval(run, last.required_action.tool_calls);
   }
   if (!$("pane-timeline").hidden) await loadRunChoices();
   if (!$("pane-code").hidden) showCode();
-}
-
-// ---------------------------------------------------------------- transcript
-
-function bubble(kind, who) {
-  // A session's first message (sent, or replayed from a run after a reload) ends "No messages".
-  if (kind !== "note") for (const n of $("transcript").querySelectorAll(".msg-item.empty")) n.remove();
-  const el = document.createElement("div");
-  el.className = "msg-item " + kind;
-  const w = document.createElement("div");
-  w.className = "who";
-  w.textContent = who;
-  const body = document.createElement("div");
-  body.className = "body";
-  el.append(w, body);
-  $("transcript").appendChild(el);
-  scrollDown();
-  return el;
-}
-
-function scrollDown() {
-  const t = $("transcript");
-  t.scrollTop = t.scrollHeight;
-}
-
-function note(text) {
-  const el = bubble("note", "");
-  el.querySelector(".body").textContent = text;
-  return el;
-}
-
-function text(content) {
-  return typeof content === "string" ? content : JSON.stringify(content, null, 2);
-}
-
-function pre(content) {
-  const p = document.createElement("pre");
-  p.textContent = content;
-  return p;
-}
-
-// Fill ``el`` (a bubble) with ``message`` rendered by its kind.
-function renderMessage(el, message) {
-  const kind = classify(message);
-  el.className = "msg-item " + kind;
-  const who = el.querySelector(".who");
-  const body = el.querySelector(".body");
-  body.replaceChildren();
-  const f = message.formatted;
-  if (kind === "tool-call") {
-    who.textContent = message.sender + " calls " + f.action.name;
-    const params = f.action.parameters || {};
-    const code = params.command || params.code;
-    if (f.thought) body.appendChild(document.createTextNode(f.thought));
-    body.appendChild(pre(typeof code === "string" ? code : text(params)));
-  } else if (kind === "tool-result") {
-    const failed = Boolean(f.errmsg) || (f.state !== undefined && f.state !== 0);
-    if (failed) el.classList.add("error");
-    who.textContent = (f.type || "tool") + (failed ? " failed" : " result");
-    const parts = (f.result || []).map((r) => (typeof r === "object" ? text(r.content) : text(r)));
-    if (f.errmsg) parts.push(f.errmsg);
-    body.appendChild(pre(parts.join("\n") || text(message.content)));
-  } else {
-    who.textContent = message.sender || "agent";
-    body.textContent = text(message.content);
-  }
-  scrollDown();
-}
-
-function renderHistory(state) {
-  const t = $("transcript");
-  t.replaceChildren();
-  const key = "memory" in state ? "memory" : Object.keys(state)[0];
-  const messages = (state && state[key]) || [];
-  for (const m of messages) renderMessage(bubble("assistant", ""), m);
-  if (!messages.length) note("No messages yet. Say something.").classList.add("empty");
 }
 
 function showMemory(state) {
@@ -282,20 +208,20 @@ function setRunBar(run) {
 // its model calls reported so far (message events), never a "0 + 0" that only means "not yet".
 function showUsage(run) {
   const el = $("run-usage");
-  let text = "";
+  let label = "";
   let title = "";
   const u = run && run.usage;
   const live = ui.run && run && ui.run.id === run.id ? ui.run.spent : null;
   if (run && ACTIVE.has(run.status)) {
     if (live && live.prompt_tokens + live.completion_tokens > 0) {
-      text = live.prompt_tokens + " in + " + live.completion_tokens + " out so far";
+      label = live.prompt_tokens + " in + " + live.completion_tokens + " out so far";
       title = "tokens of the model calls that ended so far";
     }
   } else if (u && u.total_tokens > 0) {
-    text = u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens";
+    label = u.prompt_tokens + " in + " + u.completion_tokens + " out = " + u.total_tokens + " tokens";
     title = "usage: prompt, completion and total tokens";
   }
-  el.textContent = text;
+  el.textContent = label;
   el.title = title;
 }
 
@@ -365,7 +291,7 @@ function handleEvent(run, frame) {
       run.status = d.run.status;
       setRunBar(d.run);
       for (const el of Object.values(run.bubbles)) el.classList.remove("streaming");
-      renderApproval(run, d.tool_calls || []);
+      askApproval(run, d.tool_calls || []);
       break;
     }
     case EV.ERROR:
@@ -376,81 +302,11 @@ function handleEvent(run, frame) {
   }
 }
 
-// ---------------------------------------------------------------- approvals
-
-// A run waiting for approval (docs/approvals.md): each pending call with its arguments
-// (editable) and Approve / Deny / Run edited; once every call has a decision they go to
-// POST /v1/runs/{id}/resume and the page follows the run's next events.
-function renderApproval(run, calls) {
+// A waiting run's calls, shown where the user sees them; decided, the run goes on.
+function askApproval(run, calls) {
   run.calls = calls;
-  const box = $("approvals");
-  box.replaceChildren();
-  if (!calls.length) { box.hidden = true; return; }
-  const head = document.createElement("div");
-  head.className = "approvals-head";
-  head.textContent = calls.length === 1
-    ? "This tool call waits for your approval"
-    : calls.length + " tool calls wait for your approval";
-  box.append(head);
-  const decisions = {};
-  const decide = (row, id, decision) => {
-    decisions[id] = { id, ...decision };
-    for (const b of row.querySelectorAll("button, textarea, input")) b.disabled = true;
-    row.dataset.decided = decision.action;
-    if (Object.keys(decisions).length === calls.length) resume(run, calls, Object.values(decisions));
-  };
-  for (const call of calls) {
-    const row = document.createElement("div");
-    row.className = "approval";
-    row.dataset.callId = call.id;
-    const title = document.createElement("div");
-    title.className = "approval-title";
-    title.textContent = "⚙ " + call.name;
-    const args = document.createElement("textarea");
-    args.className = "approval-args mono";
-    args.rows = Math.min(8, JSON.stringify(call.arguments, null, 2).split("\n").length);
-    args.value = JSON.stringify(call.arguments, null, 2);
-    args.setAttribute("aria-label", "arguments of " + call.name + " (edit, then Run edited)");
-    const reason = document.createElement("input");
-    reason.className = "approval-reason";
-    reason.placeholder = "why not? (the model reads it)";
-    reason.setAttribute("aria-label", "reason for a denial");
-    const buttons = document.createElement("div");
-    buttons.className = "approval-buttons";
-    const button = (label, cls, onClick) => {
-      const b = document.createElement("button");
-      b.type = "button";
-      b.textContent = label;
-      b.className = cls;
-      b.addEventListener("click", onClick);
-      buttons.append(b);
-      return b;
-    };
-    button("Approve", "approve", () => decide(row, call.id, { action: "approve" }));
-    button("Deny", "deny", () => decide(row, call.id, { action: "deny", message: reason.value.trim() || null }));
-    button("Run edited", "edit", () => {
-      let edited;
-      try {
-        edited = JSON.parse(args.value);
-      } catch (err) {
-        note("the arguments are not JSON: " + err.message);
-        return;
-      }
-      decide(row, call.id, { action: "edit", arguments: edited });
-    });
-    row.append(title, args, reason, buttons);
-    box.append(row);
-  }
-  box.hidden = false;
-  document.title = "⚠ Approval needed · AgentStation playground";
   goTo("chat");
-  box.querySelector("button.approve").focus();
-}
-
-function clearApprovals() {
-  document.title = "AgentStation playground";
-  $("approvals").hidden = true;
-  $("approvals").replaceChildren();
+  renderApproval(calls, (decisions) => resume(run, calls, decisions));
 }
 
 async function resume(run, calls, decisions) {
@@ -468,7 +324,7 @@ async function resume(run, calls, decisions) {
     await followRun(run, resp);
   } catch (err) {
     note("the decision was not taken: " + err.message);
-    if (err instanceof ApiError && err.status === 422) renderApproval(run, calls);  // fix it
+    if (err instanceof ApiError && err.status === 422) askApproval(run, calls);  // fix it
   }
 }
 
@@ -612,58 +468,6 @@ function showTab(name) {
   if (name === "timeline") loadRunChoices().catch((e) => note(e.message));
   if (name === "code") showCode();
 }
-
-// ---------------------------------------------------------------- the run timeline
-
-const modelOf = (sender) => {
-  const agent = ui.agents.find((a) => a.name === sender);
-  return agent ? agent.spec.model : null;
-};
-const frameCache = new Map();  // finished runs' events (they never change)
-
-// The session's runs in the timeline's picker, the newest (or the one followed) selected.
-async function loadRunChoices() {
-  const select = $("timeline-run");
-  if (!ui.session) { select.replaceChildren(); drawTimeline([], modelOf, V.traceUrl); return; }
-  const runs = await api("GET", "/v1/sessions/" + encodeURIComponent(ui.session) + "/runs?limit=20");
-  const current = ui.timelineRun || (ui.run && ui.run.id) || (runs.data[0] && runs.data[0].id);
-  select.replaceChildren(...runs.data.map((r) => {
-    const o = document.createElement("option");
-    o.value = r.id;
-    const said = r.input && typeof r.input.content === "string" ? r.input.content : r.id;
-    o.textContent = new Date(r.created_at).toLocaleTimeString() + " · " + r.status + " · " + said.slice(0, 40);
-    return o;
-  }));
-  if (current) select.value = current;
-  ui.timelineRun = select.value || null;
-  await refreshTimeline();
-}
-
-// Redraw the timeline (when it shows): the followed run's own events, or a stopped run's.
-async function refreshTimeline() {
-  if ($("pane-timeline").hidden) return;
-  const id = ui.timelineRun || (ui.run && ui.run.id);
-  if (!id) { drawTimeline([], modelOf, V.traceUrl); return; }
-  const run = ui.run;
-  if (run && run.id === id && run.frames.length && run.frames[0].event === EV.RUN_CREATED) {
-    drawTimeline(run.frames, modelOf, V.traceUrl);
-    return;
-  }
-  if (run && run.id === id && ACTIVE.has(run.status)) return;  // its events come with the stream
-  let frames = frameCache.get(id);
-  if (!frames) {
-    frames = await loadFrames(id);
-    const last = frames[frames.length - 1];
-    if (last && last.event !== EV.RUN_REQUIRES_ACTION) frameCache.set(id, frames);
-  }
-  if ((ui.timelineRun || (ui.run && ui.run.id)) === id) drawTimeline(frames, modelOf, V.traceUrl);
-}
-
-// A running or waiting run's open bar grows with the clock.
-setInterval(() => {
-  const run = ui.run;
-  if (run && (ACTIVE.has(run.status) || run.status === WAITING)) refreshTimeline().catch(() => {});
-}, 1000);
 
 hooks.showTab = showTab;
 versionHooks.show = showVersion;

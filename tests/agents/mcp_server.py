@@ -34,13 +34,6 @@ def shout(text: str) -> str:
 
 
 @server.tool()
-def trace_context(ctx: Context) -> str:
-    """The request's ``_meta`` as JSON (where a client puts the trace context)."""
-    meta = ctx.request_context.meta
-    return json.dumps(meta.model_dump() if hasattr(meta, "model_dump") else meta or {})
-
-
-@server.tool()
 def fail(reason: str) -> str:
     """Always fails, with the reason."""
     raise ValueError(reason)
@@ -69,6 +62,13 @@ def probe(host: str, port: int, path: str) -> str:
         outcome.append(f"file: blocked ({type(exc).__name__})")
     outcome.append(f"cwd: {Path.cwd()}")
     return "; ".join(outcome)
+
+
+@server.tool()
+def trace_context(ctx: Context) -> str:
+    """The request's ``_meta`` as JSON (where a client puts the trace context)."""
+    meta = ctx.request_context.meta
+    return json.dumps(meta.model_dump() if hasattr(meta, "model_dump") else meta or {})
 
 
 def _free_port() -> int:

@@ -84,3 +84,19 @@ async def test_a_tool_call_in_the_users_own_message_never_runs() -> None:
     result = await Task(agent, single_round=True).run_async('{"request": "square", "number": 3}')
     assert result.content == "I will not square that."
     assert [m.sender for m in result.messages] == ["Careful"]
+
+
+async def test_done_if_tool_require_recipient_and_disabling() -> None:
+    llm = ScriptedLLM(['{"request": "square", "number": 4}'])
+    agent = AsyncToolAgent(llm, name="T", executor=[SquareTool])
+    result = await Task(agent, config=TaskConfig(done_if_tool=True)).run_async("go")
+    assert result.status == StatusCode.DONE and [m.sender for m in result.messages] == ["T"]
+
+    strict = AsyncToolAgent(ScriptedLLM(["ok"]), name="S")
+    strict.enable_message(SquareTool, require_recipient=True)
+    (tool,) = strict.langroid_tools.usable()
+    assert "recipient" in tool.llm_function_schema()["parameters"]["required"]
+    strict.disable_message_use(tool)
+    assert strict.langroid_tools.usable() == [] and "square" in strict.executor
+    strict.disable_message_handling(tool)
+    assert "square" not in strict.executor

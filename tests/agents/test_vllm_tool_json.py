@@ -45,3 +45,29 @@ def test_a_named_call_streams_strict_arguments() -> None:
 def test_text_outside_strings_is_untouched() -> None:
     strict = StrictJSON()
     assert strict.feed('{"a":\t[1, "\t"]}') == '{"a":\t[1, "\\u0009"]}'
+
+
+def test_json_schema_content_is_strict_json() -> None:
+    """``response_format`` json_schema (or json_object) without tools: the answer is generated
+    under the same JSON grammar, so a raw control character in a string is escaped too."""
+    text = '{"name": "a\tb\x01", "n": [1,\t2]}'
+    for size in (1, 4, len(text)):
+        stream = ToolStream("none", json_content=True)
+        deltas = feed_in_pieces(stream, text, size)
+        content = "".join(d["content"] for d in deltas)
+        assert json.loads(content) == {"name": "a\tb\x01", "n": [1, 2]}
+    plain = ToolStream("none")  # a text answer is left as the model wrote it
+    assert "".join(d["content"] for d in feed_in_pieces(plain, "a\tb", 1)) == "a\tb"
+
+
+def test_the_engine_streams_a_json_format_answer_strictly() -> None:
+    from types import SimpleNamespace
+
+    from app.engines.vllm_chat import VllmChatBackend
+
+    backend = VllmChatBackend.__new__(VllmChatBackend)
+    backend.tool_call_parser = None
+    for fmt, strict in (("json_schema", True), ("json_object", True), ("text", False)):
+        request = SimpleNamespace(response_format=SimpleNamespace(type=fmt))
+        plan = SimpleNamespace(mode="none", function_name="", vllm_request=request)
+        assert backend._tool_stream(plan).json_content is strict  # type: ignore[arg-type]

@@ -129,6 +129,15 @@ async def test_cancel_a_streaming_task(http: httpx.AsyncClient, base_url: str) -
     assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
     run = (await http.get(f"/v1/runs/{task_id}")).json()
     assert run["status"] == "cancelled"
+    # An ended task cannot be cancelled (again): TaskNotCancelableError, as the SDK's handlers.
+    with pytest.raises(Exception, match="has already ended"):
+        await client.cancel_task(CancelTaskRequest(id=task_id))
+    raw = await http.post(
+        f"{base_url}/a2a/slowpoke/",
+        json={"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}},
+        headers={"A2A-Version": "1.0"},
+    )
+    assert raw.json()["error"]["code"] == -32002, raw.text
 
 
 async def test_other_tenants_agent_is_not_found(http: httpx.AsyncClient, base_url: str) -> None:
@@ -268,3 +277,36 @@ def test_a_remote_agent_needs_none_of_this_servers_models() -> None:
         {"kind": "agent", "model": "echo", "sub_agents": {"x": remote.model_dump()}}
     )
     assert spec.model_names() == {"echo"}
+
+
+async def test_chat_completions_run_a_remote_agent_as_the_model(
+    base_url: str, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A remote agent as a chat model runs on its server (no readiness check of a model this
+    server does not have: it answered 503 "model None is not ready"), with or without a
+    session."""
+    await make_agent(http, "bob", model="poet")  # server B
+    monkeypatch.setenv("AGENTSTATION_REMOTE_KEY_BOB", KEY_A)
+    other_db = f"sqlite+aiosqlite:///{tmp_path / 'front.db'}"
+    await asyncio.to_thread(upgrade, other_db)
+    with live_server(make_settings(other_db, outbound_allow="127.0.0.1")) as server_a:
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        async with httpx.AsyncClient(base_url=server_a, headers=headers, timeout=30) as a:
+            spec = {"remote": f"{base_url}/a2a/bob/", "api_key_env": "AGENTSTATION_REMOTE_KEY_BOB"}
+            resp = await a.post("/v1/agents", json={"name": "far-bob", "spec": spec})
+            assert resp.status_code == 201, resp.text
+            body = {"model": "far-bob", "messages": [{"role": "user", "content": "Hi"}]}
+            stateless = await a.post("/v1/chat/completions", json=body)
+            assert stateless.status_code == 200, stateless.text
+            assert stateless.json()["choices"][0]["message"]["content"] == "Roses are red."
+            on_session = await a.post(
+                "/v1/chat/completions", json=body, headers={"X-Session-Id": "far-1"}
+            )
+            assert on_session.status_code == 200, on_session.text
+            assert on_session.json()["choices"][0]["message"]["content"] == "Violets are blue."
+            streamed = await a.post("/v1/chat/completions", json={**body, "stream": True})
+            assert streamed.status_code == 200 and "Roses are red." in "".join(
+                json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                for line in streamed.text.splitlines()
+                if line.startswith("data: {") and json.loads(line[6:])["choices"]
+            )

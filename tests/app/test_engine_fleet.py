@@ -37,6 +37,11 @@ class FakeEngine:
     delay_s: float = 0.0
     requests: list[dict[str, Any]] = field(default_factory=list)
     runner: web.AppRunner | None = None
+    # A prefix cache's counters as vLLM's /metrics shows them (10 "tokens" a message): a
+    # message is a hit when this server saw the conversation up to it before.
+    seen: set[str] = field(default_factory=set)
+    queries: int = 0
+    hits: int = 0
 
     @property
     def url(self) -> str:
@@ -45,6 +50,7 @@ class FakeEngine:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.handle)
+        app.router.add_get("/metrics", self.metrics)
         self.runner = web.AppRunner(app, handler_cancellation=True)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True)
@@ -59,6 +65,12 @@ class FakeEngine:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        messages = body.get("messages") or []
+        for i in range(len(messages)):
+            prefix = json.dumps(messages[: i + 1], sort_keys=True)
+            self.queries += 10
+            self.hits += 10 if prefix in self.seen else 0
+            self.seen.add(prefix)
         await asyncio.sleep(self.delay_s)
         text = f"from {self.name}"
         usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
@@ -90,6 +102,13 @@ class FakeEngine:
             )
         await resp.write(b"data: [DONE]\n\n")
         return resp
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        text = (
+            f'vllm:prefix_cache_queries_total{{engine="0"}} {float(self.queries)}\n'
+            f'vllm:prefix_cache_hits_total{{engine="0"}} {float(self.hits)}\n'
+        )
+        return web.Response(text=text)
 
 
 @pytest.fixture

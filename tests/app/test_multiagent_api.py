@@ -40,6 +40,7 @@ TEAM = [
         ],
     },
     {"name": "bob", "backend": "scripted", "replies": ["2 + 2 = 4"]},
+    {"name": "finisher", "backend": "scripted", "replies": ["Ask the pupil", "It is 4. DONE"]},
     {"name": "drawl", "backend": "scripted", "replies": ["w " * 200], "chunk_delay_s": 0.02},
 ]
 
@@ -261,3 +262,15 @@ async def test_a_sessions_memory_stays_readable_after_a_participant_is_deleted(
     # A new turn does need it: the session's agent names an agent that is gone.
     turn = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "Again"})
     assert turn.status_code == 422 and turn.json()["error"]["code"] == "unknown_agent"
+
+
+async def test_a_served_task_follows_langroid_string_signals(client: httpx.AsyncClient) -> None:
+    assert (await _agent(client, "pupil", {"model": "bob"})).status_code == 201
+    spec = {"kind": "task", "agent": {"model": "finisher"}, "sub_tasks": [{"agent": "pupil"}]}
+    assert (await _agent(client, "lead", spec)).status_code == 201
+    sid = await make_session(client, "lead")
+    body = (await client.post(f"/v1/sessions/{sid}/messages", json={"message": "2+2?"})).json()
+    assert body["run"]["status"] == "completed"
+    # DONE ends the task; its result is the reply without the word (langroid's Task.result).
+    assert body["message"]["content"] == "It is 4."
+    assert body["message"]["extra_info"]["status"] == "DONE"

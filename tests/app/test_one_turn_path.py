@@ -5,6 +5,7 @@ same statements, the same batched tenant usage, the same budget preflight)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from fastapi import FastAPI
 from app.main import create_app
 from app.ops.budget_store import set_tenant_budget
 from app.runtime.store import SessionNotFound
+from app.schemas.vocab import CancelMode
 from app.services import turns
 from app.settings import Settings
 from tests.app.conftest import KEY_A, make_agent, make_session
@@ -230,3 +232,56 @@ async def test_submit_turn_creates_the_session_for_its_agent_on_first_use(
     assert end.run.status == "completed" and end.run.session_id == "fresh-1"
     session = (await client.get("/v1/sessions/fresh-1")).json()
     assert session["agent"] == "helper"
+
+
+async def test_a_chat_turn_takes_an_idempotency_key_as_a_message_turn_does(
+    client: httpx.AsyncClient,
+) -> None:
+    """With X-Session-Id, ``Idempotency-Key`` sent again answers the turn it started (whole or
+    streamed), never a second run; a key too long is a 400 naming the header."""
+    await make_agent(client, model="poet")
+    headers = {"X-Session-Id": "keyed-1", "Idempotency-Key": "k-1"}
+    body = {"model": "helper", "messages": [{"role": "user", "content": "a poem"}]}
+    first = await client.post("/v1/chat/completions", json=body, headers=headers)
+    again = await client.post("/v1/chat/completions", json=body, headers=headers)
+    assert first.status_code == again.status_code == 200, again.text
+    answer = first.json()["choices"][0]["message"]["content"]
+    assert answer == "Roses are red."
+    assert again.json()["choices"][0]["message"]["content"] == answer
+    streamed = await client.post(
+        "/v1/chat/completions", json={**body, "stream": True}, headers=headers
+    )
+    chunks = [
+        json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")
+    ]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert streamed.status_code == 200 and text == "Roses are red."
+    runs = (await client.get("/v1/sessions/keyed-1/runs")).json()["data"]
+    assert len(runs) == 1
+    other = await client.post(
+        "/v1/chat/completions", json=body, headers={**headers, "Idempotency-Key": "k-2"}
+    )
+    assert other.json()["choices"][0]["message"]["content"] == "Violets are blue."
+    long = await client.post(
+        "/v1/chat/completions", json=body, headers={**headers, "Idempotency-Key": "k" * 257}
+    )
+    assert long.status_code == 400 and long.json()["error"]["param"] == "Idempotency-Key"
+
+
+async def test_a_run_interrupted_before_its_turn_began_keeps_its_input(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """``interrupt`` keeps what the interrupted run wrote, its input first, also when it lands
+    before the run's task took its first step (memory not loaded yet: the input was dropped)."""
+    state = app.state.agentstation
+    await make_agent(client, model="slow")
+    sid = await make_session(client)
+    await turn(client, sid, "earlier")  # memory revision > 0: loading it takes a read
+    first = await turns.submit_turn(state, "a", sid, turns.TurnRequest("one", stream=True))
+    await first.cancel(CancelMode.INTERRUPT)  # before its task's first step
+    end = await first.end()
+    assert end.run.status == "interrupted" and end.run.stop_reason == "interrupt"
+    after = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "two"})
+    assert after.json()["run"]["status"] == "completed"
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
+    assert [m["content"] for m in memory if m["sender"] == "user"] == ["earlier", "one", "two"]

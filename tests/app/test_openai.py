@@ -253,7 +253,8 @@ async def test_chat_headers_are_checked_and_documented(app: FastAPI) -> None:
         }
         operation = (await anon.get("/openapi.json")).json()["paths"]["/v1/chat/completions"]
     params = {p["name"]: p for p in operation["post"]["parameters"]}
-    assert params.keys() == {"X-Session-Id", "X-Multitask-Strategy"}  # the key: a security scheme
+    # The key: a security scheme, not a parameter.
+    assert params.keys() == {"X-Session-Id", "X-Multitask-Strategy", "Idempotency-Key"}
     assert operation["post"]["security"] == [{"bearerAuth": []}]
     assert params["X-Session-Id"]["in"] == "header"
     assert params["X-Session-Id"]["schema"]["maxLength"] == 128

@@ -40,7 +40,7 @@ MODELS = [
      "chunk_delay_s": 0.25},
     scripted_model_config(),
 ]  # fmt: skip
-CODER = {
+CODER: dict[str, Any] = {
     "name": "coder",
     "description": "scripted tool agent",
     "spec": {"kind": "tool_agent", "model": "scripted",

@@ -81,3 +81,34 @@ def test_approve_deny_and_edit_in_the_playground(page: Any, server: str) -> None
     expect(last(page, ".msg-item.tool-result")).to_contain_text("45")
     expect(page.locator("#run-status")).to_have_text("completed")
     shot(page, "13-edited")
+
+
+def test_a_user_proxy_asks_for_a_reply(page: Any, server: str) -> None:
+    """A user_proxy agent's question (a human_input call) is a reply box: Reply sends the
+    text on (edit {reply}), Leave ends the conversation (deny)."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        bard = {"name": "bard", "spec": {"kind": "agent", "model": "poet"}}
+        assert http.post("/v1/agents", json=bard).status_code == 201
+        proxy = {"name": "talk", "spec": {"kind": "user_proxy", "agent": "bard"}}
+        assert http.post("/v1/agents", json=proxy).status_code == 201, "user_proxy"
+    page.fill("#api-key", KEY)
+    page.keyboard.press("Enter")
+    expect(page.locator("#conn")).to_contain_text("connected")
+    page.locator("#agent-list button", has_text="talk").click()
+    _ask(page, "A poem, please")
+    box = page.locator("#approvals")
+    expect(box).to_contain_text("The conversation waits for your reply")
+    expect(box.locator(".approval-prompt")).to_contain_text("Roses are red")
+    expect(box.locator("textarea.approval-reply")).to_be_focused()
+    shot(page, "14-user-proxy-asks")
+    page.keyboard.type("More!")
+    page.keyboard.press("Enter")
+    expect(last(page, ".msg-item.user")).to_contain_text("More!")
+    expect(box).to_be_visible()  # asked again after the next reply
+    expect(page.locator("#run-status")).to_have_text("requires_action")
+    box.locator("button.leave").click()
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(box).to_be_hidden()

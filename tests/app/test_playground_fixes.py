@@ -74,6 +74,9 @@ def test_the_defects_are_fixed(server: str) -> None:
             page.keyboard.type("count")
             page.keyboard.press("Enter")
             expect(box).to_have_attribute("placeholder", "ticker is answering… (Esc cancels)")
+            # Its one model call has not ended: no usage yet, rather than "0 in + 0 out".
+            expect(page.locator("#run-status")).to_have_text("running")
+            expect(page.locator("#run-usage")).to_have_text("")
             expect(page.locator("#transcript .msg-item.empty")).to_have_count(0)
             expect(last(page, ".msg-item.assistant .body")).to_contain_text("tick tick")
             page.reload()

@@ -148,3 +148,14 @@ def test_the_whole_flow_at_400_px(phone: Any) -> None:
     expect(page.locator("#session-list li.session")).to_have_count(0)
     fits(page)
     shot(page, "36-phone-deleted")
+
+    # Wider again (a tablet, then a laptop): every panel at once, no switcher, still no scroll.
+    for width, height in [(900, 700), (1280, 800)]:
+        page.set_viewport_size({"width": width, "height": height})
+        expect(page.locator("#views")).to_be_hidden()
+        expect(page.locator("#grid > .panel:visible")).to_have_count(4)
+        sizes = page.evaluate(
+            "() => [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+        )
+        assert sizes[0] <= width and sizes[1] <= height, (width, sizes)
+    shot(page, "37-laptop-again")

@@ -56,6 +56,8 @@ def test_the_timeline_of_a_tool_run(page: Any, server: str) -> None:
     page.keyboard.press("Enter")
     # While it runs, the timeline grows from the stream.
     expect(page.locator("#timeline .tl-row").first).to_contain_text("calls IPythonInteractive")
+    # While the kernel runs the call, the usage so far: the first model call's tokens.
+    expect(page.locator("#run-usage")).to_have_text(re.compile(r"^\d+ in \+ \d+ out so far$"))
     expect(page.locator("#run-status")).to_have_text("completed")
     expect(page.locator("#timeline .tl-title")).to_contain_text("completed")
     live = _rows(page)

@@ -9,8 +9,10 @@ import pytest
 
 from bench import gateway, loadgen, persistence, proxy, report, streaming  # noqa: F401
 from bench.__main__ import parse_args
-from bench.common import HOST, BenchResult, Goal, http_json, pct, uvicorn_server
+from bench.common import HOST, BenchResult, Goal, gateway_server, http_json, pct, uvicorn_server
 from bench.load import LoadSpec, run_aiohttp, run_load, wrk_available
+from bench.responses import GATEWAY_ENV, SCRIPTED, TARGETS, _goals, _with_ratios, serves_responses
+from bench.responses_chains import _session, chain, goals
 from bench.sse_client import build_request, open_stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.live]
@@ -86,3 +88,72 @@ def test_profile_summary_groups_py_spy_stacks_by_function() -> None:
     assert text.startswith("4 samples")
     assert " 75.0%  dumps (json/__init__.py)" in text  # self time, line numbers merged
     assert "100.0%  handler (app/api/x.py)" in text  # inclusive, our code only
+
+
+def test_responses_bench_drives_both_front_doors_and_compares_them() -> None:
+    with gateway_server("gw", SCRIPTED, None, **GATEWAY_ENV) as gw:
+        assert serves_responses(gw)
+        runs = {
+            name: run_aiohttp(LoadSpec(name, gw.base_url, body, [path], gw), 1, 0.3)
+            for name, path, body in TARGETS
+        }
+    for name, got in runs.items():
+        assert got.requests > 0 and got.errors == 0, name
+    rows = [
+        {"target": "chat", "rps": 1000, "p50_ms_c1": 0.5},
+        {"target": "responses", "rps": 960, "p50_ms_c1": 0.6},
+        {"target": "chat-stream", "rps": 800, "p50_ms_c1": 0.5},
+        {"target": "responses-stream", "rps": 700, "p50_ms_c1": 0.9},
+    ]
+    _with_ratios(rows)
+    assert rows[1]["vs_chat"] == 0.96 and rows[1]["added_p50_ms"] == 0.1
+    assert [g.met for g in _goals(rows)] == [True, True, False, False]
+
+
+def test_responses_chains_client_follows_a_chain_and_replays_chat_history() -> None:
+    demo = [{"name": "demo", "backend": "scripted", "replies": ["one two three"]}]
+    with gateway_server("gw", demo, None, AGENTSTATION_SANDBOX_ENABLED="false") as gw:
+
+        async def both() -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
+            async with _session() as http:
+                chained = await chain(http, "responses", gw.base_url, "a", 3)
+                chat = await chain(http, "chat", gw.base_url, "a", 3)
+                return chained, chat
+
+        chained, chat = asyncio.run(both())
+    assert [n for _, n in chained] == [3, 3, 3] == [n for _, n in chat]
+    assert all(t > 0 for t, _ in chained + chat)  # a first text delta was timed
+    rows = [
+        {"chains": 8, "turns": 4, "responses_tok_s": 96.0, "chat_tok_s": 100.0,
+         "responses_ttft_p50_ms": 10.0, "anchor_tok_s": 90.0, "anchor_ttft_p50_ms": 12.0},
+        {"server": "responses", "history_turns": 20, "ratio": 1.2},
+    ]  # fmt: skip
+    assert [(g["goal"].split(" (")[0], g["met"]) for g in goals(rows)] == [
+        ("tokens/s responses / chat", True),
+        ("tokens/s vs agentic-api", True),
+        ("TTFT p50 vs agentic-api", True),
+        ("TTFT turn 20 / turn 1", True),
+    ]
+
+
+async def test_engine_affinity_harness_measures_hits_and_ttft_per_policy() -> None:
+    # bench/engine_affinity.py's measurement on fake engines that count prefix hits like
+    # vLLM's /metrics (a message is a hit where the server saw the conversation up to it).
+    from bench.engine_affinity import measure
+    from tests.app.test_engine_fleet import FakeEngine
+
+    engines = [FakeEngine(f"up{i}") for i in range(4)]
+    for engine in engines:
+        await engine.start()
+    try:
+        fleets = {"session": [e.url[:-3] for e in engines[:2]]}
+        fleets["round_robin"] = [e.url[:-3] for e in engines[2:]]
+        result = await measure(fleets, sessions=4, turns=5, max_tokens=4)
+    finally:
+        for engine in engines:
+            await engine.stop()
+    session, rr = result["rows"]
+    assert (session["routing"], rr["routing"]) == ("session", "round_robin")
+    assert sum(session["requests_per_server"]) == sum(rr["requests_per_server"]) == 20
+    assert session["prefix_hit_rate"] > rr["prefix_hit_rate"] > 0
+    assert session["last_turn_ttft_p50_ms"] > 0 and result["ttft_ratio_session_over_round_robin"]

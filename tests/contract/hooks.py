@@ -1,8 +1,9 @@
 """Schemathesis hooks for tests/contract/test_schemathesis.py, loaded by its CLI run
 (``SCHEMATHESIS_HOOKS=tests.contract.hooks``).
 
-- About half the positive cases are pointed at objects that exist (an agent, two sessions, a
-  run, configured model names), so the success paths are reached, not only the 404s; DELETEs
+- About half the positive cases are pointed at objects that exist (agents of every kind, a
+  remote one among them, bound by name; their sessions; a run; configured model names), so
+  the success paths are reached, not only the 404s; DELETEs
   get throw-away objects, and no DELETE ever names the others, so they outlive the run.
   Negative cases, and the stateful phase (it chains what it created itself), are left alone.
 - Every response is counted by status (written to ``$CONTRACT_STATS`` at exit).
@@ -34,25 +35,20 @@ STATS_PATH = os.environ.get("CONTRACT_STATS")
 # a schema-valid request still fails the test.
 STATE_CODES = frozenset(
     {
+        # What the document states (kinds, models, tools, the fields each kind takes or
+        # needs, sub-agent keys: app/openapi_specs.py) is not here: a schema-valid spec is
+        # stored.
         "invalid_cursor",  # ?after= names no item of the list
-        "unknown_agent",  # POST /v1/sessions: no such agent
-        "unknown_kind",  # spec: kinds, models and tools come from the registry and settings
-        "unknown_model",
-        "unknown_tool",
-        "tools_not_supported",
+        "unknown_agent",  # a stored agent's name (POST /v1/sessions, a spec's participants)
         "invalid_tool_config",  # a tool's constructor rejects its config
-        "unknown_memory_key",  # PUT memory: the keys are the agent's own
+        "unknown_memory_key",  # PUT memory: the keys are the session's agent's own
         "unsupported_parameter",  # chat: a field the named model (an agent) does not take
-        # Multi-agent and remote specs: names of stored agents and their nesting, responders,
-        # fields a kind needs or refuses (model for agent kinds, agent for a task), and the
-        # outbound URL policy, which depends on the configuration and on DNS.
+        # Stored agents a spec names and their nesting, a task's responders and sub-task
+        # names (across fields), and the outbound URL policy (it depends on DNS).
         "agent_cycle",
         "agent_depth",
         "unknown_responder",
         "duplicate_name",
-        "invalid_name",
-        "not_supported",
-        "missing_field",
         "url_not_allowed",
         # The Responses API: a finished response cannot be cancelled (OpenAI's 400).
         "response_not_cancellable",
@@ -86,36 +82,44 @@ def _name(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 128 and bool(_NAME.match(value))
 
 
-def _pin_spec(spec: Any) -> None:
-    """A spec naming a configured model and registered kinds and tools (depth-first)."""
+def _tool_configs(spec: Any) -> None:
+    """Empty tool configs (depth-first): the kinds, models and tools a generated spec names
+    are this server's already (the document enumerates them, app/openapi_specs.py), but a
+    tool's own config is checked by its constructor (``invalid_tool_config``). The spec stays
+    valid against the document."""
     if not isinstance(spec, dict):
         return
-    if isinstance(spec.get("model"), str):
-        spec["model"] = SEEDS["model"]
-    tools = spec.get("tools")
-    if isinstance(tools, list):
-        for tool in tools:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                tool["name"], tool["config"] = "Calculator", {}
-    if isinstance(spec.get("kind"), str):
-        spec["kind"] = "tool_agent" if tools else "agent"
-    for sub in (spec.get("sub_agents") or {}).values():
-        _pin_spec(sub)
+    for tool in spec.get("tools") or []:
+        if isinstance(tool, dict) and isinstance(tool.get("config"), dict):
+            tool["config"] = {}
+    children = [*(spec.get("sub_agents") or {}).values(), spec.get("agent")]
+    children += [t.get("agent") for t in spec.get("sub_tasks") or [] if isinstance(t, dict)]
+    for child in children:
+        _tool_configs(child)
+
+
+def _pick(values: list[str], key: Any) -> str:
+    """One of ``values``, chosen by ``key`` (deterministic, spread over the values)."""
+    digest = zlib.crc32(json.dumps(key, default=str, sort_keys=True).encode())
+    return values[digest % len(values)]
 
 
 def _pin_body(label: str, body: Any, heads: bool) -> None:
     if not isinstance(body, dict):
         return
     if label in ("POST /v1/agents", "PUT /v1/agents/{name}"):
-        _pin_spec(body.get("spec"))
+        _tool_configs(body.get("spec"))
+    elif label == "POST /v1/agents/{name}/rollback" and heads:
+        body["version"] = 1  # the seeded agent's first version
     elif label == "POST /v1/sessions" and _name(body.get("agent")):
-        body["agent"] = SEEDS["agent"]
+        body["agent"] = _pick(SEEDS.get("agents") or [SEEDS["agent"]], body)
     elif label == "POST /v1/chat/completions" and _name(body.get("model")):
         # An agent answers a conversation that ends with the user's turn (a raw model any).
         messages = body.get("messages")
         last = messages[-1] if isinstance(messages, list) and messages else {}
         to_agent = heads and isinstance(last, dict) and last.get("role") == "user"
-        body["model"] = SEEDS["agent"] if to_agent else SEEDS["model"]
+        agents = SEEDS.get("agents") or [SEEDS["agent"]]  # every kind, the remote one too
+        body["model"] = _pick(agents, body) if to_agent else SEEDS["model"]
     elif label == "POST /v1/responses" and _name(body.get("model")):
         body["model"] = SEEDS["agent"] if heads else SEEDS["model"]
     elif label == "PUT /v1/sessions/{session_id}/memory" and body:
@@ -131,6 +135,7 @@ def _after(path: str) -> str | None:
         "/v1/agents": SEEDS["agent"],
         "/v1/sessions": SEEDS["sessions"][0],
         "/v1/sessions/{session_id}/runs": SEEDS["run"],
+        "/v1/agents/{name}/versions": "1",
     }.get(path)
 
 
@@ -139,7 +144,13 @@ def filter_case(context: Any, case: Any) -> bool:
     """No DELETE of the seeded agent or sessions."""
     if case.operation.method.upper() != "DELETE":
         return True
-    kept = {SEEDS["agent"], *SEEDS["sessions"], SEEDS.get("response"), SEEDS.get("conversation")}
+    kept = {
+        SEEDS["agent"],
+        *SEEDS.get("agents", []),
+        *SEEDS["sessions"],
+        SEEDS.get("response"),
+        SEEDS.get("conversation"),
+    }
     return not set(map(str, (case.path_parameters or {}).values())) & kept
 
 
@@ -171,6 +182,8 @@ def map_case(context: Any, case: Any) -> Any:
             params[name] = SEEDS["response"]
         elif name == "conversation_id" and not delete and SEEDS.get("conversation"):
             params[name] = SEEDS["conversation"]
+        elif name == "version":  # the seeded agent's first version
+            params[name] = "1"
     case.path_parameters = params
     query = case.query
     if isinstance(query, dict):

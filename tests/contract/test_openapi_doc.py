@@ -19,6 +19,7 @@ from asgi_lifespan import LifespanManager
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.openapi import EXTRA, error_codes
+from app.runtime.builders import default_registry
 from tests.app.conftest import KEY_A, make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,3 +136,53 @@ def test_docs_list_every_error_code() -> None:
     codes = _source_codes() | in_tables
     assert len(codes) > 25, codes
     assert codes <= documented, sorted(codes - documented)
+
+
+SPECS: list[dict[str, Any]] = [
+    {"model": "echo"},
+    {"kind": "agent", "model": "echo", "tools": [{"name": "Calculator"}]},  # agents take none
+    {"kind": "agent"},  # no model
+    {"kind": "agent", "model": "nope"},
+    {"kind": "nope", "model": "echo"},
+    {"kind": "tool_agent", "model": "echo", "tools": [{"name": "Calculator"}]},
+    {"kind": "tool_agent", "model": "echo", "tools": [{"name": "NoSuchTool"}]},
+    {"kind": "tool_agent", "model": "echo", "approval": {"tools": "all"}},
+    {"kind": "agent", "model": "echo", "approval": {"tools": "all"}},  # approval: tool agents
+    {"kind": "agent", "model": "echo", "max_turns": 3},  # a task's field
+    {"kind": "task", "agent": {"model": "echo"}},
+    {"kind": "task"},  # a task needs its agent
+    {"kind": "task", "agent": {"kind": "tool_agent", "model": "echo", "approval": {}}},
+    {"model": "echo", "sub_agents": {"a.b": {"model": "echo"}}},  # a key with a dot
+    {"model": "echo", "sub_agents": {"critic": {"model": "echo"}}},
+    {"model": "echo", "api_key_env": "AGENTSTATION_REMOTE_KEY_X"},  # for remote agents only
+    {"remote": "http://127.0.0.1:9/a2a/x/", "model": "anything", "max_turns": 3},
+    {"kind": "model", "model": "echo"},
+    {"kind": "model", "model": "echo", "max_turns": 2},
+    {"kind": "user_proxy", "agent": {"model": "echo"}},
+    {"kind": "user_proxy"},  # it needs the agent it talks for
+    {"kind": "user_proxy", "agent": {"model": "echo"}, "done": {"contains": "x"}},
+]
+
+
+async def test_the_published_agent_spec_is_what_the_server_accepts(
+    client: httpx.AsyncClient,
+) -> None:
+    """``AgentSpec`` in the document is a variant per registered kind plus a remote one
+    (app/openapi_specs.py): a spec valid against it is stored, an invalid one is refused (the
+    fuzzer's "schema-valid request rejected" and "schema-violating request accepted")."""
+    import jsonschema
+
+    document = (await client.get("/openapi.json")).json()
+    schemas = document["components"]["schemas"]
+    titles = [v["title"] for v in schemas["AgentSpec"]["oneOf"]]
+    kinds = list(default_registry().kinds)
+    assert titles == [*(f"kind {k}" for k in kinds), "remote agent"]
+    # The document's own references resolve against a root that holds its components.
+    root = {"$ref": "#/components/schemas/AgentSpec", "components": document["components"]}
+    validator = jsonschema.Draft202012Validator(root)
+    for i, spec in enumerate(SPECS):
+        valid = validator.is_valid(spec)
+        resp = await client.post("/v1/agents", json={"name": f"spec-{i}", "spec": spec})
+        code = resp.json()["error"]["code"] if resp.status_code >= 400 else None
+        # The outbound policy is a documented refusal no schema states (it depends on DNS).
+        assert valid == (resp.status_code == 201 or code == "url_not_allowed"), (spec, resp.text)

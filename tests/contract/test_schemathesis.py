@@ -35,36 +35,50 @@ MODELS = [{"name": "echo", "backend": "scripted"}]
 SPLIT = "^/v1/(chat|agents)"
 
 
-def seed(client: httpx.Client) -> dict[str, Any]:
-    """An agent with two sessions and a finished run, and throw-away agents and sessions for
-    the DELETEs."""
+def seed(client: httpx.Client, url: str) -> dict[str, Any]:
+    """Agents of every kind (a remote one: this server's ``helper`` over A2A), a session of
+    each, a finished run, and throw-away agents and sessions for the DELETEs."""
 
     def ok(response: httpx.Response) -> Any:
         assert response.status_code < 300, response.text
         return response.json()
 
     spec = {"model": "echo"}
-    ok(client.post("/v1/agents", json={"name": "helper", "spec": spec}))
-    for name in ("s1", "s2"):
-        ok(client.post("/v1/sessions", json={"agent": "helper", "id": name}))
+    kinds = {
+        "helper": spec,
+        "tools": {"kind": "tool_agent", "model": "echo", "tools": [{"name": "Calculator"}]},
+        "raw": {"kind": "model", "model": "echo"},
+        "team": {"kind": "task", "agent": {"model": "echo"}, "max_turns": 2},
+        "proxy": {"kind": "user_proxy", "agent": "helper"},
+        "far": {"remote": f"{url}/a2a/helper/", "api_key_env": "AGENTSTATION_REMOTE_KEY_SELF"},
+    }
+    for name, agent_spec in kinds.items():
+        ok(client.post("/v1/agents", json={"name": name, "spec": agent_spec}))
+    sessions = ["s1", "s2"] + [f"s-{name}" for name in kinds if name != "helper"]
+    for name in sessions:
+        agent = name.removeprefix("s-") if name.startswith("s-") else "helper"
+        ok(client.post("/v1/sessions", json={"agent": agent, "id": name}))
     run = ok(client.post("/v1/sessions/s1/messages", json={"message": "hi"}))["run"]
+    far = ok(client.post("/v1/sessions/s-far/messages", json={"message": "hi"}))["run"]
+    assert far["status"] == "completed", far  # the remote agent answers
     response = ok(client.post("/v1/responses", json={"model": "echo", "input": "hi"}))
     conversation = ok(client.post("/v1/conversations", json={}))
     agents = [f"gone-{i}" for i in range(10)]
     for name in agents:
         ok(client.post("/v1/agents", json={"name": name, "spec": spec}))
-    sessions = [f"gone-{i}" for i in range(20)]
-    for name in sessions:
+    throwaway = [f"gone-{i}" for i in range(20)]
+    for name in throwaway:
         ok(client.post("/v1/sessions", json={"agent": "helper", "id": name}))
     return {
         "agent": "helper",
+        "agents": list(kinds),
         "model": "echo",
-        "sessions": ["s1", "s2"],
+        "sessions": sessions,
         "run": run["id"],
         "response": response["id"],
         "conversation": conversation["id"],
         "throwaway_agents": agents,
-        "throwaway_sessions": sessions,
+        "throwaway_sessions": throwaway,
     }
 
 
@@ -135,8 +149,11 @@ def schemathesis_run(
 def test_schemathesis_all_checks_pass(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'contract.db'}"
     upgrade(url)
-    with running(Service(url, tmp_path, MODELS)) as service, service.client() as client:
-        seeds = seed(client)
+    service = Service(url, tmp_path, MODELS)
+    # The remote agent calls this server itself, over A2A, with tenant a's key.
+    service.env.update(AGENTSTATION_OUTBOUND_ALLOW="127.0.0.1", AGENTSTATION_REMOTE_KEY_SELF=KEY_A)
+    with running(service), service.client() as client:
+        seeds = seed(client, service.url)
         results = schemathesis_run(service.url, seeds, tmp_path)
     statuses: Counter[int] = Counter()
     tested = 0

@@ -3,8 +3,9 @@ the shipped config (deploy/nginx/nginx.conf), with real sandboxed kernels and a 
 agent whose cells carry each session's own value.
 
 1. Affinity: 50 sessions each set ``x = <its value>`` in Python on one turn and read it back on
-   later turns through REST and through chat with ``X-Session-Id``: every read returns its own
-   value, and every run of a session ran on one replica.
+   later turns through REST and through chat with ``X-Session-Id``, and 20 of them do the same
+   in a Responses chain (``previous_response_id``, routed by the route key in the ids): every
+   read returns its own value, and every run of a session ran on one replica.
 2. ``kill -9`` of one replica under the test's own bounded load (sessions in a loop of streamed
    REST turns, JSON REST turns and chat turns whose cells take 0.3 s): every request gets an
    answer (success, or 503 with ``Retry-After`` that a retry then passes), every turn
@@ -12,6 +13,9 @@ agent whose cells carry each session's own value.
    are ``interrupted`` within 15 s (read from the database, nothing else touching them), streams
    cut by the kill and resumed with ``Last-Event-ID`` through nginx end with their terminal
    event, and each moved session's first turn on its new replica reports ``kernel.restarted``.
+3. SIGTERM of a second replica while turns run on it: they finish there (within
+   ``AGENTSTATION_SHUTDOWN_GRACE_S``), its sessions' next turns are served by the last replica,
+   and it leaves the replicas table.
 
 Cost: about 2-3 minutes on a 2-core machine (three replicas' sandbox self-tests, ~50 kernels).
 """
@@ -43,6 +47,7 @@ from tests.resilience.procs import Service, wait_until
 pytestmark = [pytest.mark.postgres, pytest.mark.kernel, pytest.mark.slow, pytest.mark.live]
 
 SESSIONS = 50
+CHAINS = 20  # of them also run a Responses chain (a session of its own: 20 more kernels)
 CALL = json.dumps({"name": "IPythonInteractive", "parameters": {"command": "{user}"}})
 # Per conversation: run the user's message as a cell, then answer with the cell's output.
 CODER = {
@@ -92,6 +97,7 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
                 AGENTSTATION_DB_POOL_SIZE="16",
                 AGENTSTATION_DB_MAX_OVERFLOW="4",
                 AGENTSTATION_REPLICA_NAME=f"r{i}",
+                AGENTSTATION_SHUTDOWN_GRACE_S="15",  # a drained replica's runs finish
             )
             services.append(service)
         for service in services:
@@ -158,6 +164,8 @@ async def _affinity(c: httpx.AsyncClient, url: str) -> dict[str, str]:
             read = await _rest(c, sid, "print(x)")
             assert _reads(str(read["message"]["content"]), n), read
             assert _reads(await _chat(c, sid, "print(x)"), n)
+            if n < CHAINS:
+                await _chain(c, n)
 
     await asyncio.gather(*(session(n) for n in range(SESSIONS)))
     async with _db(url) as db:
@@ -165,10 +173,35 @@ async def _affinity(c: httpx.AsyncClient, url: str) -> dict[str, str]:
             "SELECT session_id, array_agg(DISTINCT replica) r FROM runs GROUP BY 1"
         )
     homes = {row["session_id"]: row["r"] for row in rows}
-    assert len(homes) == SESSIONS
+    assert len(homes) == SESSIONS + CHAINS  # the chains' sessions too
     assert all(len(r) == 1 for r in homes.values()), homes  # every turn on the session's replica
     assert len({r[0] for r in homes.values()}) == 3  # sessions spread over the replicas
-    return {sid: r[0] for sid, r in homes.items()}
+    return {sid: r[0] for sid, r in homes.items() if not sid.startswith("chain_")}
+
+
+async def _chain(c: httpx.AsyncClient, n: int) -> None:
+    """A Responses chain: nginx hands the first response a route key (X-Route-Key), the
+    service puts it in the response's id, and the next responses (previous_response_id, in the
+    JSON body only) hash to the same replica: the chain's kernel still has x."""
+    first = await c.post("/v1/responses", json={"model": "py", "input": f"x = {value(n)}"})
+    assert first.status_code == 200, first.text
+    session = first.headers["x-session-id"]
+    previous = first.json()["id"]
+    for _ in range(2):
+        body = {"model": "py", "input": "print(x)", "previous_response_id": previous}
+        resp = await c.post("/v1/responses", json=body)
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-session-id"] == session  # the chain's one session
+        texts = [
+            part["text"]
+            for item in resp.json()["output"]
+            if item["type"] == "message"
+            for part in item["content"]
+            if part["type"] == "output_text"
+        ]
+        assert _reads(" ".join(texts), n), resp.json()["output"]
+        assert resp.json()["id"][5:21] == previous[5:21]  # the chain keeps its route key
+        previous = resp.json()["id"]
 
 
 @dataclass
@@ -179,6 +212,7 @@ class Load:
     retried: int = 0  # 503 + Retry-After, then passed
     resumed: int = 0  # streams cut by the kill, resumed through nginx
     failures: list[str] = field(default_factory=list)
+    ended: dict[str, str] = field(default_factory=dict)  # run id: final status (not completed)
     reads: list[tuple[str, str]] = field(default_factory=list)  # (sid, a cell's output)
 
 
@@ -213,6 +247,7 @@ async def _stream_turn(c: httpx.AsyncClient, sid: str, code: str, load: Load) ->
                     end = (kind, data)
         assert end is not None, f"the resumed stream of {run_id} ended without its final event"
     if end[0] != "run.completed":
+        load.ended[str(end[1]["run"]["id"])] = str(end[1]["run"]["status"])
         return None
     load.reads.append((sid, str(end[1]["run"]["output"]["content"])))
     return run_id
@@ -232,7 +267,7 @@ async def _frames(resp: httpx.Response) -> AsyncIterator[tuple[str, int | None, 
 
 class _Refused(Exception):
     def __init__(self, resp: httpx.Response) -> None:
-        super().__init__(resp.status_code)
+        super().__init__(f"{resp.status_code} {resp.text[:300]}")
         self.resp = resp
 
 
@@ -286,6 +321,15 @@ async def _last_run(c: httpx.AsyncClient, sid: str, code: str) -> str:
     raise AssertionError(f"the chat turn's run is not in {runs}")
 
 
+async def _until_running(c: httpx.AsyncClient, sid: str, code: str) -> None:
+    for _ in range(200):
+        runs = (await c.get(f"/v1/sessions/{sid}/runs", params={"limit": 3})).json()["data"]
+        if any(r["input"]["content"] == code and r["status"] == "running" for r in runs):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the long turn of {sid} never ran")
+
+
 async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, str]) -> None:
     async with _db(fleet.url) as db:
         ids = {
@@ -306,8 +350,19 @@ async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, 
             await _turn(c, sid, k, load)
             k += 1
 
-    workers = [asyncio.create_task(worker(sid)) for sid in [*moved, *stayed]]
+    # Two moved sessions run one long turn each (20 s), surely in the middle of a cell at the kill.
+    slow = sorted(moved)[:2]
+    code = "import time; time.sleep(20); print(x)  # long"
+    long_turns = [asyncio.create_task(_stream_turn(c, sid, code, load)) for sid in slow]
+    workers = [asyncio.create_task(worker(sid)) for sid in [*moved - set(slow), *stayed]]
     await asyncio.sleep(2.0)
+    for sid in slow:  # both long cells run on r0 now
+        await _until_running(c, sid, code)
+    async with _db(fleet.url) as db:
+        where = await db.fetch(
+            "SELECT replica FROM runs WHERE session_id = ANY($1) AND status = 'running'", slow
+        )
+    assert [r["replica"] for r in where] == [dead_id, dead_id]
     fleet.services[0].kill()  # SIGKILL: r0
     killed_at, killed_wall = time.monotonic(), datetime.now(UTC)
     # Its runs, read from the database only: interrupted within 15 s.
@@ -317,26 +372,41 @@ async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, 
                 "SELECT count(*) FROM runs WHERE replica = $1 AND status IN ('queued', 'running')",
                 dead_id,
             )
+            left = await db.fetch(
+                "SELECT pid, state, wait_event, left(query, 60) q FROM pg_stat_activity "
+                "WHERE application_name = $1",
+                f"agentstation:{dead_id}",
+            )
+            if left:  # the dead replica's backends still there (blocked in a statement)
+                print(f"{time.monotonic() - killed_at:.1f} s: {len(left)} backends of r0 left")
             if not active:
                 break
             assert time.monotonic() - killed_at < 15, f"{active} runs of the dead replica active"
             await asyncio.sleep(0.2)
         swept_s = time.monotonic() - killed_at
-        interrupted = await db.fetchval(
-            "SELECT count(*) FROM runs WHERE replica = $1 AND stop_reason = 'replica_lost'",
+        closed = await db.fetch(
+            "SELECT finished_at FROM runs WHERE replica = $1 AND stop_reason = 'replica_lost'",
             dead_id,
         )
+        interrupted = [round((r["finished_at"] - killed_wall).total_seconds(), 1) for r in closed]
     await asyncio.sleep(max(0.0, 6.0 - (time.monotonic() - killed_at)))
     stop.set()
     await asyncio.gather(*workers)
     assert not load.failures, load.failures
+    # The long turns' streams were cut by the kill and resumed through nginx to their end.
+    assert await asyncio.gather(*long_turns) == [None, None]
+    long_runs = [rid for rid, status in load.ended.items() if status == "interrupted"]
+    assert len(long_runs) >= 2, load.ended
+    for run_id in long_runs:
+        run = (await c.get(f"/v1/runs/{run_id}")).json()
+        assert (run["status"], run["stop_reason"]) == ("interrupted", "replica_lost"), run
     # One more turn for every session of the load, after it: moved ones surely ran elsewhere.
     await asyncio.gather(*(_turn(c, sid, 999, load) for sid in [*moved, *stayed]))
     assert not load.failures, load.failures
     print(
         f"fleet: {sum(map(len, load.acked.values()))} turns acknowledged, {load.retried} "
-        f"retried after 503, {load.resumed} streams resumed, {interrupted} runs interrupted "
-        f"{swept_s:.1f} s after the kill"
+        f"retried after 503, {load.resumed} streams resumed, runs interrupted at {interrupted} s, "
+        f"none active {swept_s:.1f} s after the kill"
     )
     # Every acknowledged turn is stored: its run completed, its message in the memory.
     for sid, turns in load.acked.items():
@@ -367,11 +437,49 @@ async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, 
             assert "kernel.restarted" not in (await c.get(f"/v1/runs/{later['id']}/events")).text
 
 
+async def _drain(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, str]) -> None:
+    """SIGTERM r1 while turns run on it: they finish (streams resumed elsewhere end with
+    run.completed), and its sessions' next turns are served by r2 (a 503 then retried at
+    most); it leaves the replicas table when it exits."""
+    async with _db(fleet.url) as db:
+        r1 = await db.fetchval("SELECT id FROM replicas WHERE id LIKE '%-r1'")
+    mine = [sid for sid, home in homes.items() if home == r1]
+    running, later = mine[:3], mine[3:6]
+    assert running and later
+    load = Load()
+    code = "import time; time.sleep(2); print(x)  # drained"
+    turns = [asyncio.create_task(_stream_turn(c, sid, code, load)) for sid in running]
+    await asyncio.sleep(1.0)  # their cells run now
+    service = fleet.services[1]
+    assert service.proc is not None
+    service.proc.terminate()
+    await asyncio.sleep(0.3)
+    await asyncio.gather(*(_turn(c, sid, 1000, load) for sid in later))
+    done = await asyncio.gather(*turns)
+    assert all(run_id is not None for run_id in done), done  # completed on the draining replica
+    assert not load.failures, load.failures
+    for sid, out in load.reads:
+        if sid in running:
+            assert _reads(out, int(sid[1:])), (sid, out)  # its own kernel, to the end
+    await asyncio.to_thread(service.proc.wait, 30)
+    async with _db(fleet.url) as db:
+        assert await db.fetchval("SELECT count(*) FROM replicas WHERE id = $1", r1) == 0
+        lost = await db.fetchval(
+            "SELECT count(*) FROM runs WHERE replica = $1 AND status <> 'completed'", r1
+        )
+    assert lost == 0
+    print(
+        f"drain: {len(running)} runs finished on the draining replica, {load.resumed} streams "
+        f"resumed, {load.retried} turns retried after 503"
+    )
+
+
 def test_sessions_stay_whole_through_nginx_and_a_killed_replica(fleet: Fleet) -> None:
     async def main() -> None:
         async with httpx.AsyncClient(base_url=fleet.nginx.url, headers=AUTH, timeout=60) as c:
             homes = await _affinity(c, fleet.url)
             await _kill_under_load(fleet, c, homes)
+            await _drain(fleet, c, homes)
 
     try:
         asyncio.run(main())

@@ -59,3 +59,32 @@ async def test_stdio_server_answers_from_inside_the_sandbox(
         assert "network: blocked" in text, text
         assert "file: blocked" in text, text
         assert "cwd: /workspace" in text, text  # its work dir is the session's
+
+
+async def test_stdio_server_runs_under_the_kernels_cgroup_limits(
+    tools: MCPToolkit, pool: KernelPool
+) -> None:
+    """The server joins a cgroup with the kernels' memory and process limits before it
+    starts (where cgroups are writable: CI runs as root), and the group goes with the
+    session."""
+    from agents.sandbox import cgroups
+
+    if not cgroups.parents():
+        pytest.skip("no writable cgroup hierarchy on this machine")
+    answer = await tools.acall({"a": 1, "b": 2}, "add")  # the server is up
+    assert answer.result, answer.errmsg
+    (group,) = pool._stdio_groups[SESSION]
+    assert group.pids()  # the server (and whatever it starts) is in the group
+    limits = {
+        name: (d / name).read_text().strip()
+        for d in group.dirs
+        for name in ("memory.limit_in_bytes", "memory.max", "pids.max")
+        if (d / name).exists()
+    }
+    memory = limits.get("memory.max") or limits.get("memory.limit_in_bytes")
+    assert memory == str(pool.config.memory_bytes), limits
+    assert limits["pids.max"] == str(pool.config.max_procs), limits
+    await CONNECTIONS.close_session(SESSION)
+    await pool.shutdown_session(SESSION)
+    assert SESSION not in pool._stdio_groups
+    assert not any(d.exists() for d in group.dirs)

@@ -108,6 +108,11 @@ def test_the_config_names_only_settings_the_service_reads() -> None:
     known = {f"AGENTSTATION_{name.upper()}" for name in Settings.model_fields}
     sandbox = {"AGENTSTATION_SANDBOX_BASE_DIR", "AGENTSTATION_SANDBOX_MIN_LEVEL"}
     assert set(env) - sandbox <= known
+    gateway = _manifests()["Deployment/agentstation"]["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"] for e in gateway["env"]} <= known
+    # The pod name (<deployment>-<10-char hash>-<5 chars>) is the replica's name: it must fit.
+    limit = Settings.model_fields["replica_name"].metadata[0].max_length
+    assert len("agentstation") + 17 <= limit
     # The values parse as the service would parse them (models file aside: mounted at run time).
     models = yaml.safe_load(config["models.yaml"])["models"]
     settings = Settings.model_validate(

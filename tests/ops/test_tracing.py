@@ -33,7 +33,7 @@ from app.ops.tracing_agents import AgentTracer
 from tests.agents.mcp_server import serve_http
 from tests.agents.test_llms_openai import MockOpenAI, server  # noqa: F401 (the fixture)
 from tests.agents.test_mcp import PLUGIN
-from tests.app.conftest import KEY_A, MODELS, make_settings
+from tests.app.conftest import KEY_A, MODELS, make_settings, parse_sse
 
 CALLER = [
     '```json\n{"name": "critic", "parameters": {"message": "Is 2+2=4?"}}\n```\n',
@@ -226,11 +226,18 @@ async def test_the_upstream_model_server_gets_the_trace_context(
         sid = (await client.post("/v1/sessions", json={"agent": "proxy"})).json()["id"]
         resp = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
         run = resp.json()["run"]
+        # A streamed run: its first and last events carry the trace id too (the playground).
+        body = {"message": "again", "stream": True}
+        frames = parse_sse((await client.post(f"/v1/sessions/{sid}/messages", json=body)).text)
+        events = {f["event"]: f["data"] for f in frames if "event" in f}
+        streamed = events["run.created"]["run"]["trace_id"]
+        assert streamed and streamed != run["trace_id"]  # a trace per request (no traceparent)
+        assert events["run.completed"]["run"]["trace_id"] == streamed
         spans = _finished(application, exporter)
-    chat = _one(spans, "chat remote")
+    chat = _one([s for s in spans if _hex(s)[0] == run["trace_id"]], "chat remote")
     trace_id, span_id = _hex(chat)
     assert run["trace_id"] == trace_id
-    _, sent_trace, parent, flags = server.requests[-1]["headers"]["traceparent"].split("-")
+    _, sent_trace, parent, flags = server.requests[0]["headers"]["traceparent"].split("-")
     assert (sent_trace, parent) == (trace_id, span_id)  # the chat span is the upstream's parent
     assert int(flags, 16) & 1  # sampled
     assert (chat.attributes or {})["gen_ai.provider.name"] == "openai"
@@ -302,3 +309,23 @@ async def test_mcp_servers_and_remote_agents_get_the_trace_context(
     span = next(s for s in memory.get_finished_spans() if s.name == "invoke_agent expert")
     assert span.kind.name == "CLIENT" and span.status.status_code.name == "ERROR"
     assert seen and str(seen[0]).split("-")[1:3] == list(_hex(span))
+
+
+async def test_a_sampled_out_client_trace_records_nothing(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    # parentbased_always_on (the default) follows the client's "not sampled" flag (00): no
+    # span of the turn is recorded, and the agent hooks start none.
+    async for application, client in _client(tmp_path, TEAM):
+        await _agent(client, "reviewer", {"model": "critic"})
+        spec = {"kind": "tool_agent", "model": "caller", "sub_agents": {"critic": "reviewer"}}
+        await _agent(client, "asker", spec)
+        sid = (await client.post("/v1/sessions", json={"agent": "asker"})).json()["id"]
+        resp = await client.post(
+            f"/v1/sessions/{sid}/messages",
+            json={"message": "2+2?"},
+            headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00"},
+        )
+        assert resp.json()["message"]["content"] == "The critic agrees."
+        spans = _finished(application, exporter)
+    assert [s.name for s in spans if _hex(s)[0] == CLIENT_TRACE] == []
