@@ -35,9 +35,9 @@ def _rules(check: Any) -> tuple[tuple[str, ...], tuple[str, ...], bool] | None:
     """(fields refused, fields required, approval checked) of a kind's ``check`` (None: a
     check of a package's kind, whose rules the document does not know)."""
     if check is builders.check_single:
-        return TASK_FIELDS, (), True
+        return (*TASK_FIELDS, *builders.PROXY_FIELDS), (), True
     if check is builders.check_task:
-        return (), ("agent",), True
+        return builders.PROXY_FIELDS, ("agent",), True
     if check is builders.check_user_proxy:
         return TASK_FIELDS[1:], ("agent",), True
     return None

@@ -169,7 +169,7 @@ def _done_rules(done: DoneSpec | None) -> dict[str, Any]:
 
 
 TASK_FIELDS = ("agent", "sub_tasks", "done", "max_turns", "max_stalled_steps", "run_budget")
-_PROXY_FIELDS = ("human_input_mode", "max_consecutive_auto_reply")
+PROXY_FIELDS = ("human_input_mode", "max_consecutive_auto_reply")
 
 
 def build_user_proxy(spec: AgentSpec, ctx: BuildContext) -> ServableAgent:
@@ -236,7 +236,7 @@ def check_approval(spec: AgentSpec, prefix: str) -> None:
 def check_single(spec: AgentSpec, prefix: str) -> None:
     """``agent`` / ``tool_agent``: the task fields are a mistake, not something to ignore."""
     check_approval(spec, prefix)
-    for field in (*TASK_FIELDS, *_PROXY_FIELDS):
+    for field in (*TASK_FIELDS, *PROXY_FIELDS):
         if getattr(spec, field) is not None:
             raise ValidationFailed(
                 f"{field!r} is for kind {_kind_of_field(field)!r} (this is {spec.kind!r})",
@@ -248,7 +248,7 @@ def check_single(spec: AgentSpec, prefix: str) -> None:
 def check_task(spec: AgentSpec, prefix: str) -> None:
     """422s of a ``task`` spec beyond its schema."""
     check_approval(spec, prefix)
-    for field in _PROXY_FIELDS:
+    for field in PROXY_FIELDS:
         if getattr(spec, field) is not None:
             raise ValidationFailed(
                 f"{field!r} is for kind 'user_proxy' (this is 'task')",

@@ -161,6 +161,9 @@ SPECS: list[dict[str, Any]] = [
     {"kind": "user_proxy", "agent": {"model": "echo"}},
     {"kind": "user_proxy"},  # it needs the agent it talks for
     {"kind": "user_proxy", "agent": {"model": "echo"}, "done": {"contains": "x"}},
+    {"kind": "user_proxy", "agent": {"model": "echo"}, "human_input_mode": "NEVER"},
+    {"model": "echo", "max_consecutive_auto_reply": 9},  # a user proxy's field
+    {"kind": "task", "agent": {"kind": "model", "model": "echo", "human_input_mode": "NEVER"}},
 ]
 
 
