@@ -31,6 +31,7 @@ from app.services.agent_directory import AgentInfo
 from app.services.agents import create_agent
 from app.services.auth import Principal
 from app.services.forks import counts_at, fork_session
+from app.services.runs import remember_created
 from app.services.sessions import create_session
 from app.state import AppState
 
@@ -136,7 +137,8 @@ async def plan(
     session_id = ids.mint(ids.CHAIN, key)
     async with state.sessionmaker() as db, db.begin():
         body = SessionCreate(agent=agent.name, id=session_id, metadata={"source": SOURCE})
-        await create_session(db, tenant, body)
+        row, agent_row = await create_session(db, tenant, body)
+        remember_created(state, db, row, agent_row)  # its first turn needs no lookup
     return Planned(session_id, agent, key, forget, new=True)
 
 
