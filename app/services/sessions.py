@@ -18,7 +18,7 @@ from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.runtime.memory_cache import Lists
 from app.runtime.messages import dump_message
 from app.runtime.store.rows import SESSIONS, load_state, memory_rev_bump
-from app.schemas.sessions import SessionCreate, SessionPublic, SessionUpdate
+from app.schemas.sessions import MemoryEntry, SessionCreate, SessionPublic, SessionUpdate
 from app.schemas.vocab import BUSY
 from app.services.agent_refs import resolve_refs
 from app.services.agents import agent_spec, get_agent
@@ -199,6 +199,11 @@ def _as_message(item: Any) -> Any:
         raise TypeError("each entry must be an AgentMessage object or a string")
     if isinstance(item, dict) and "content" not in item:
         raise ValueError("an AgentMessage needs 'content'")
+    if isinstance(item, dict):
+        # As the document describes an entry (MemoryEntry): JSON true is not a stream state.
+        if isinstance(item.get("stream_state"), bool):
+            raise TypeError("stream_state must be an integer (AgentStatusCode)")
+        MemoryEntry.model_validate(item, strict=True)  # a ValidationError is a ValueError
     return item
 
 

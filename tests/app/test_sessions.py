@@ -149,3 +149,19 @@ async def test_other_tenant_sees_404(
     assert resp.status_code == 404
     assert (await client.get(f"/v1/sessions/{sid}")).json()["metadata"] == {}
     assert (await client_b.get("/v1/sessions")).json()["data"] == []
+
+
+async def test_memory_entries_are_checked_as_the_document_describes_them(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by the contract fuzzer: ``stream_state: false`` was stored as 0 (JSON false is
+    not an integer), and a non-string ``sender`` is refused too (MemoryEntry)."""
+    await make_agent(client)
+    sid = await make_session(client)
+    for entry in ({"content": "x", "stream_state": False}, {"content": "x", "sender": 1}):
+        resp = await client.put(f"/v1/sessions/{sid}/memory", json={"memory": [entry]})
+        assert resp.status_code == 422, resp.text
+        assert resp.json()["error"]["param"] == "memory"
+    ok = {"content": "x", "stream_state": 0, "unknown": "ignored"}
+    resp = await client.put(f"/v1/sessions/{sid}/memory", json={"memory": [ok]})
+    assert resp.status_code == 200, resp.text

@@ -17,7 +17,9 @@ agent whose cells carry each session's own value.
    ``AGENTSTATION_SHUTDOWN_GRACE_S``), its sessions' next turns are served by the last replica,
    and it leaves the replicas table.
 
-Cost: about 2-3 minutes on a 2-core machine (three replicas' sandbox self-tests, ~50 kernels).
+Cost (2-core machine shared with other work): 63 s when quiet (before the chains and the drain
+phase were added), 100-200 s at load average 15-20 (three replicas' sandbox self-tests, ~75
+kernels, ~450 turns). The dead replica's runs were closed 0.7-2.6 s after the kill.
 """
 
 from __future__ import annotations
