@@ -31,6 +31,7 @@ from app.services.agent_directory import AgentInfo
 from app.services.agents import create_agent
 from app.services.auth import Principal
 from app.services.forks import counts_at, fork_session
+from app.services.runs import remember_created
 from app.services.sessions import create_session
 from app.state import AppState
 
@@ -129,33 +130,62 @@ async def plan(
     key = ids.route_key(header, req.previous_response_id or conversation)
     tenant = who.tenant_id
     if req.previous_response_id:
-        parent = await response_run(state, tenant, req.previous_response_id, "previous_response_id")
-        return await _continue(state, parent, agent, key, forget)
+        return await _continue(state, tenant, req.previous_response_id, agent, key, forget)
     if conversation:
         return await _conversation(state, tenant, conversation, agent, key, forget)
     session_id = ids.mint(ids.CHAIN, key)
     async with state.sessionmaker() as db, db.begin():
         body = SessionCreate(agent=agent.name, id=session_id, metadata={"source": SOURCE})
-        await create_session(db, tenant, body)
+        row, agent_row = await create_session(db, tenant, body)
+        remember_created(state, db, row, agent_row)  # its first turn needs no lookup
     return Planned(session_id, agent, key, forget, new=True)
 
 
+# A chain's next turn, in one statement: the previous response's session and agent, and the
+# session's latest run (is the previous response still the chain's end?).
+_LATEST = (
+    sa.select(Run.id)
+    .where(Run.session_pk == SessionRow.pk)
+    .order_by(Run.created_at.desc(), Run.id.desc())
+    .limit(1)
+    .correlate(SessionRow)
+    .scalar_subquery()
+)
+
+
 async def _continue(
-    state: AppState, parent: Run, agent: AgentInfo, key: str, forget: bool
+    state: AppState, tenant: str, previous: str, agent: AgentInfo, key: str, forget: bool
 ) -> Planned:
-    """The chain goes on in ``parent``'s session, or in a fork of it at ``parent``."""
-    async with state.sessionmaker() as db, db.begin():
-        session = await db.get(SessionRow, parent.session_pk)
-        if session is None:  # pragma: no cover - a run goes with its session
-            raise NotFound(f"Response with id '{parent.id}' not found.")
-        latest = await db.scalar(
-            sa.select(Run.id)
-            .where(Run.session_pk == session.pk)
-            .order_by(Run.created_at.desc(), Run.id.desc())
-            .limit(1)
+    """The chain goes on in ``previous``'s session, or in a fork of it at ``previous`` (404
+    naming ``previous_response_id`` for an unknown or another tenant's response)."""
+    found = None
+    if previous.startswith(ids.RESPONSE):
+        async with state.sessionmaker() as db:
+            found = (
+                await db.execute(
+                    sa.select(Run.tenant_id, SessionRow.id, SessionRow.agent_id, _LATEST)
+                    .join(SessionRow, SessionRow.pk == Run.session_pk)
+                    .where(Run.id == previous)
+                )
+            ).first()
+    if found is None or found[0] != tenant:
+        raise NotFound(
+            f"Response with id '{previous}' not found.",
+            param="previous_response_id",
+            code="response_not_found",
         )
-        if latest == parent.id and session.agent_id == agent.id and not forget:
-            return Planned(session.id, agent, key, forget)
+    _, session_id, agent_id, latest = found
+    if latest == previous and agent_id == agent.id and not forget:
+        return Planned(session_id, agent, key, forget)  # the chain's end: it goes on there
+    async with state.sessionmaker() as db, db.begin():
+        parent = await db.get(Run, previous)
+        session = await db.get(SessionRow, parent.session_pk) if parent is not None else None
+        if parent is None or session is None:  # deleted meanwhile
+            raise NotFound(
+                f"Response with id '{previous}' not found.",
+                param="previous_response_id",
+                code="response_not_found",
+            )
         counts = await counts_at(db, session.pk, parent)
         agent_row = await db.get(Agent, agent.id)
         assert agent_row is not None
