@@ -211,6 +211,7 @@ def measure(
             row[f"{name}_tok_s"] = round(got["tok_s"], 1)
             row[f"{name}_ttft_p50_ms"] = round(got["ttft_p50_ms"], 1)
             row[f"{name}_tokens"] = got["tokens"]
+        print(json.dumps(row), flush=True)  # as measured: a long run shows its progress
         rows.append(row)
     ttfts: dict[str, list[list[float]]] = {name: [] for name in targets}
     for k in range(history_chains):  # target by target, chain by chain: noise hits all
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         for _, _, server in targets.values():
             wait_idle(server)
         rows = measure(targets, args.rounds, args.turns, args.history_chains, history_turns)
-    for row in rows:
+    for row in rows[len(CONCURRENCY) :]:  # the history rows (the others were printed)
         print(json.dumps(row), flush=True)
     result: dict[str, Any] = {
         "name": "responses_chains",

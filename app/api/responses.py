@@ -24,6 +24,7 @@ from app.schemas.responses import ResponseCreate, ResponseCreateDoc
 from app.schemas.vocab import RunStatus
 from app.services import responses as service
 from app.services import responses_ids as ids
+from app.services import responses_plan as planning
 from app.services import responses_read as read
 from app.services.responses_ids import ROUTE_KEY_HEADER
 from app.services.responses_input import parse_input
@@ -108,7 +109,7 @@ async def create_response(request: Request) -> Response:
     inp = parse_input(req.items())  # 400 naming the item before anything is stored
     if inp.approvals:  # decisions about a waiting agent's calls: that response goes on
         return await _approved(state, who, req, inp)
-    if service.stateless(req) and (handle := await service.raw_model(state, who, req.model)):
+    if planning.stateless(req) and (handle := await planning.raw_model(state, who, req.model)):
         # Nothing to keep or continue: the raw model answers in the request (no session).
         rid = ids.mint(ids.RESPONSE, ids.route_key(route_header))
         events = stateless_events(state, who.tenant_id, handle, req, inp, rid, not req.stream)
@@ -118,9 +119,14 @@ async def create_response(request: Request) -> Response:
         async for event in events:
             last = event
         return _json(last["response"], None)
-    agent = await service.agent_for(state, who, req.model)
-    planned = await service.plan(state, who, req, agent, route_header)
-    turn = await service.start(state, who, req, planned, inp)
+    agent = await planning.agent_for(state, who, req.model)
+    planned = await planning.plan(state, who, req, agent, route_header)
+    try:
+        turn = await service.start(state, who, req, planned, inp)
+    except AppError:  # refused (budget, readiness, a busy session): no empty session stays
+        if planned.new:
+            await service.forget_session(state, who.tenant_id, planned.session_id)
+        raise
     run = turn.run
     if planned.forget and not turn.inline:
         service.forget_later(state, who.tenant_id, planned.session_id, run.id)
@@ -131,8 +137,11 @@ async def create_response(request: Request) -> Response:
         body = read.response_base(run)
         body["status"] = "queued" if run.status == RunStatus.QUEUED else "in_progress"
         return _json(body, planned.session_id)
-    await turn.finish(request.is_disconnected)
-    body = await read.final_response(state, run)
+    end = await turn.finish(request.is_disconnected)
+    if planned.agent.spec.kind == "model":  # one reply: the Response from the end in memory
+        body = read.from_end(run, end.run, end.public)
+    else:
+        body = await read.final_response(state, run)
     if planned.forget:
         await service.forget_session(state, who.tenant_id, planned.session_id)
     return _json(body, planned.session_id)
@@ -174,7 +183,7 @@ async def get_response(
 ) -> Response:
     """A response; with ``stream=true`` its events after ``starting_after``, live until it
     ends."""
-    run = await service.response_run(state, who.tenant_id, response_id, "response_id")
+    run = await planning.response_run(state, who.tenant_id, response_id, "response_id")
     if stream:
         after = -1 if starting_after is None else starting_after
         return event_stream(state, read.response_events(state, run, after), _session_of(run))
@@ -185,7 +194,7 @@ async def get_response(
 async def delete_response(response_id: str, state: StateDep, who: PrincipalDep) -> Response:
     """Delete a response (a running one is cancelled first); its turn stays in the session's
     memory (the chain's later responses still see it)."""
-    run = await service.response_run(state, who.tenant_id, response_id, "response_id")
+    run = await planning.response_run(state, who.tenant_id, response_id, "response_id")
     await service.delete_response(state, run)
     body = {"id": response_id, "object": "response.deleted", "deleted": True}
     return _json(body, _session_of(run))
@@ -195,7 +204,7 @@ async def delete_response(response_id: str, state: StateDep, who: PrincipalDep) 
 async def cancel_response(response_id: str, state: StateDep, who: PrincipalDep) -> Response:
     """Cancel a background response (its model call and tools stop); a finished one cannot
     be cancelled."""
-    run = await service.response_run(state, who.tenant_id, response_id, "response_id")
+    run = await planning.response_run(state, who.tenant_id, response_id, "response_id")
     run = await service.cancel_response(state, run)
     return _json(await read.response_now(state, run), _session_of(run))
 
@@ -210,5 +219,5 @@ async def list_input_items(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> Response:
     """The response's input items."""
-    run = await service.response_run(state, who.tenant_id, response_id, "response_id")
+    run = await planning.response_run(state, who.tenant_id, response_id, "response_id")
     return _json(read.input_items(run, order, after, limit), _session_of(run))

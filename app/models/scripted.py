@@ -113,7 +113,8 @@ class ScriptedModelLLM(AsyncBaseLLM):
         return _fill(reply, messages) if self.template else reply
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
-        self.recent.append({"messages": copy.deepcopy(messages), "params": dict(params)})
+        # The call's own list (callers build a new one per call): no copy of a long history.
+        self.recent.append({"messages": messages, "params": params})
         reply = self.next_reply(messages)
         calls = reply.get("tool_calls") if isinstance(reply, dict) else None
         if isinstance(reply, dict):

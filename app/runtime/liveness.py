@@ -33,10 +33,11 @@ from collections.abc import Callable
 
 from app.runtime.orphans import Orphans
 from app.runtime.store.fleet import FleetStore
+from app.schemas.vocab import CancelMode
 
 log = logging.getLogger(__name__)
 
-LOST = "replica_lost"  # the stop reason of a dead replica's runs
+LOST = CancelMode.REPLICA_LOST  # the stop reason of a dead replica's runs
 
 
 def new_replica_id(name: str = "") -> str:

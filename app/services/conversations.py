@@ -26,8 +26,8 @@ from app.schemas.sessions import SessionCreate
 from app.schemas.vocab import CancelMode
 from app.services import responses_ids as ids
 from app.services.auth import Principal
-from app.services.responses import agent_for
 from app.services.responses_input import Input, parse_input
+from app.services.responses_plan import agent_for
 from app.services.sessions import active_run, create_session
 from app.state import AppState
 

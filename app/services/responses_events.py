@@ -44,7 +44,11 @@ _STOP_INCOMPLETE = {"length": "max_output_tokens", "budget_exceeded": "max_outpu
 
 # A run interrupted by its server's end (recovered after a crash, or not finished at a
 # shutdown): the response failed, with the reason in its error.
-_LOST = {"server_restart": "the server restarted", "shutdown": "the server shut down"}
+_LOST = {
+    "server_restart": "the server restarted",
+    "shutdown": "the server shut down",
+    "replica_lost": "its server stopped answering",
+}
 # Stream events a run event may become, at most (a ``run.gap`` skips the numbers of the events
 # that may have been sent live and lost: the resumed stream's numbers stay above them).
 GAP_STRIDE = 1000

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from app.db.models import Run, RunEvent
 from app.errors import BadRequest
-from app.schemas.vocab import RunStatus
+from app.schemas.vocab import END_EVENT, EventType, RunStatus
 from app.services.responses_events import ResponseStream, response_status, usage_of
 from app.state import AppState
 
@@ -110,6 +110,23 @@ async def final_response(state: AppState, run: Run) -> dict[str, Any]:
         stream.feed(event.type, event.data)
         if stream.ended and not stream.paused:
             break
+    return stream.response
+
+
+def from_end(run: Run, final: Run, public: dict[str, Any]) -> dict[str, Any]:
+    """The Response of a ``kind: model`` run this process just finished, from its end in
+    memory (``final``, its ``public`` shape): its log is ``run.created``, the reply's deltas,
+    the reply, the terminal event, and the deltas change nothing in the Response, so this is
+    what replaying the stored log gives, without reading it."""
+    stream = stream_of(run, quiet=True)
+    stream.feed(EventType.RUN_CREATED, {"run": {"status": "running"}})
+    if final.output:
+        stream.feed(EventType.MESSAGE, {"index": 0, "message": final.output})
+    status = RunStatus(final.status)
+    if status.terminal:
+        stream.feed(END_EVENT[status], {"run": public, "error": final.error})
+    else:  # the client went away before the end (a whole answer is not waited for then)
+        stream.response["status"] = response_status(final.status, None)
     return stream.response
 
 

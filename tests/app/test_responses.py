@@ -62,6 +62,8 @@ async def test_create_answers_with_a_valid_response(
     assert raw.headers["X-Session-Id"].startswith("chain_")
     again = await oai.responses.retrieve(response.id)
     assert again.output_text == "Roses are red." and again.status == "completed"
+    # The answer (built from the run's end) is what the stored log replays.
+    assert again.model_dump() == {**response.model_dump(), "created_at": again.created_at}
 
 
 async def test_stream_events_in_openai_order(client: httpx.AsyncClient) -> None:
@@ -255,3 +257,17 @@ async def test_the_playground_lists_a_responses_session(client: httpx.AsyncClien
     # A message typed in the playground goes on with the same session.
     more = await client.post(f"/v1/sessions/{session}/messages", json={"message": "typed"})
     assert more.json()["message"]["content"] == "typed"
+
+
+async def test_a_refused_response_leaves_no_session(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    """A new chain whose run is refused (here: the model is not ready) keeps no session."""
+    app.state.agentstation.models.get("echo").ready = False
+    try:
+        before = (await client.get("/v1/sessions")).json()["data"]
+        raw = await client.post("/v1/responses", json={"model": "echo", "input": "x"})
+        assert raw.status_code == 503 and raw.json()["error"]["code"] == "model_not_ready"
+        assert (await client.get("/v1/sessions")).json()["data"] == before
+    finally:
+        app.state.agentstation.models.get("echo").ready = True

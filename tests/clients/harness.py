@@ -222,6 +222,8 @@ def run_codex(
             "exec",
             "--json",
             "--skip-git-repo-check",
+            # Codex's own sandbox (Landlock/seccomp) is not what is tested, and containers
+            # may lack it; the scripted command is a harmless echo in a temp dir.
             "--sandbox",
             "danger-full-access",
             "-c",

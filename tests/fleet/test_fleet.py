@@ -3,8 +3,9 @@ the shipped config (deploy/nginx/nginx.conf), with real sandboxed kernels and a 
 agent whose cells carry each session's own value.
 
 1. Affinity: 50 sessions each set ``x = <its value>`` in Python on one turn and read it back on
-   later turns through REST and through chat with ``X-Session-Id``: every read returns its own
-   value, and every run of a session ran on one replica.
+   later turns through REST and through chat with ``X-Session-Id``, and 20 of them do the same
+   in a Responses chain (``previous_response_id``, routed by the route key in the ids): every
+   read returns its own value, and every run of a session ran on one replica.
 2. ``kill -9`` of one replica under the test's own bounded load (sessions in a loop of streamed
    REST turns, JSON REST turns and chat turns whose cells take 0.3 s): every request gets an
    answer (success, or 503 with ``Retry-After`` that a retry then passes), every turn
@@ -16,7 +17,9 @@ agent whose cells carry each session's own value.
    ``AGENTSTATION_SHUTDOWN_GRACE_S``), its sessions' next turns are served by the last replica,
    and it leaves the replicas table.
 
-Cost: about 2-3 minutes on a 2-core machine (three replicas' sandbox self-tests, ~50 kernels).
+Cost (2-core machine shared with other work): 63 s when quiet (before the chains and the drain
+phase were added), 100-200 s at load average 15-20 (three replicas' sandbox self-tests, ~75
+kernels, ~450 turns). The dead replica's runs were closed 0.7-2.6 s after the kill.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from tests.resilience.procs import Service, wait_until
 pytestmark = [pytest.mark.postgres, pytest.mark.kernel, pytest.mark.slow, pytest.mark.live]
 
 SESSIONS = 50
+CHAINS = 20  # of them also run a Responses chain (a session of its own: 20 more kernels)
 CALL = json.dumps({"name": "IPythonInteractive", "parameters": {"command": "{user}"}})
 # Per conversation: run the user's message as a cell, then answer with the cell's output.
 CODER = {
@@ -162,6 +166,8 @@ async def _affinity(c: httpx.AsyncClient, url: str) -> dict[str, str]:
             read = await _rest(c, sid, "print(x)")
             assert _reads(str(read["message"]["content"]), n), read
             assert _reads(await _chat(c, sid, "print(x)"), n)
+            if n < CHAINS:
+                await _chain(c, n)
 
     await asyncio.gather(*(session(n) for n in range(SESSIONS)))
     async with _db(url) as db:
@@ -169,10 +175,35 @@ async def _affinity(c: httpx.AsyncClient, url: str) -> dict[str, str]:
             "SELECT session_id, array_agg(DISTINCT replica) r FROM runs GROUP BY 1"
         )
     homes = {row["session_id"]: row["r"] for row in rows}
-    assert len(homes) == SESSIONS
+    assert len(homes) == SESSIONS + CHAINS  # the chains' sessions too
     assert all(len(r) == 1 for r in homes.values()), homes  # every turn on the session's replica
     assert len({r[0] for r in homes.values()}) == 3  # sessions spread over the replicas
-    return {sid: r[0] for sid, r in homes.items()}
+    return {sid: r[0] for sid, r in homes.items() if not sid.startswith("chain_")}
+
+
+async def _chain(c: httpx.AsyncClient, n: int) -> None:
+    """A Responses chain: nginx hands the first response a route key (X-Route-Key), the
+    service puts it in the response's id, and the next responses (previous_response_id, in the
+    JSON body only) hash to the same replica: the chain's kernel still has x."""
+    first = await c.post("/v1/responses", json={"model": "py", "input": f"x = {value(n)}"})
+    assert first.status_code == 200, first.text
+    session = first.headers["x-session-id"]
+    previous = first.json()["id"]
+    for _ in range(2):
+        body = {"model": "py", "input": "print(x)", "previous_response_id": previous}
+        resp = await c.post("/v1/responses", json=body)
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-session-id"] == session  # the chain's one session
+        texts = [
+            part["text"]
+            for item in resp.json()["output"]
+            if item["type"] == "message"
+            for part in item["content"]
+            if part["type"] == "output_text"
+        ]
+        assert _reads(" ".join(texts), n), resp.json()["output"]
+        assert resp.json()["id"][5:21] == previous[5:21]  # the chain keeps its route key
+        previous = resp.json()["id"]
 
 
 @dataclass
@@ -208,15 +239,24 @@ async def _stream_turn(c: httpx.AsyncClient, sid: str, code: str, load: Load) ->
     if end is None:
         assert run_id is not None, "a stream cut before its first event answered 200"
         load.resumed += 1
+    # Resumed as a client does (EventSource): again while a stream ends without the final event
+    # (a draining replica ends its open streams when it stops).
+    for _ in range(10):
+        if end is not None:
+            break
         headers = {"Last-Event-ID": str(last)}
-        async with c.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as resp:
-            assert resp.status_code == 200
-            async for kind, seq, data in _frames(resp):
-                assert seq is None or seq > last  # ids go on from where the stream was cut
-                last = seq or last
-                if kind in TERMINAL:
-                    end = (kind, data)
-        assert end is not None, f"the resumed stream of {run_id} ended without its final event"
+        with contextlib.suppress(httpx.RemoteProtocolError, httpx.ReadError):
+            async with c.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as resp:
+                if resp.status_code == 503 and "retry-after" in resp.headers:
+                    await asyncio.sleep(float(resp.headers["retry-after"]))
+                    continue
+                assert resp.status_code == 200
+                async for kind, seq, data in _frames(resp):
+                    assert seq is None or seq > last  # ids go on from where it was cut
+                    last = seq or last
+                    if kind in TERMINAL:
+                        end = (kind, data)
+    assert end is not None, f"the resumed stream of {run_id} ended without its final event"
     if end[0] != "run.completed":
         load.ended[str(end[1]["run"]["id"])] = str(end[1]["run"]["status"])
         return None

@@ -75,53 +75,69 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Phoenix's server on loopback, its database in a temp dir; its base URL."""
-    binary = PHOENIX_ENV / "bin" / "phoenix"
-    if not binary.exists():
-        pytest.fail(f"no Phoenix at {binary}: run scripts/install-phoenix-env.sh (make install)")
-    port = _free_port()
-    work = tmp_path_factory.mktemp("phoenix")
-    env = {
-        **os.environ,
-        "PHOENIX_WORKING_DIR": str(work),
-        "PHOENIX_HOST": "127.0.0.1",
-        "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(_free_port()),
-        "PHOENIX_TELEMETRY_ENABLED": "false",
-    }
-    log = (work / "phoenix.log").open("wb")
-    proc = subprocess.Popen([str(binary), "serve"], env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
+class Phoenix:
+    """Phoenix's server, started in the background (its start overlaps the sandbox's)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.url = f"http://127.0.0.1:{_free_port()}"
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            "PHOENIX_WORKING_DIR": str(work),
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": self.url.rsplit(":", 1)[1],
+            "PHOENIX_GRPC_PORT": str(_free_port()),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.log = (work / "phoenix.log").open("wb")
+        binary = PHOENIX_ENV / "bin" / "phoenix"
+        self.proc = subprocess.Popen(
+            [str(binary), "serve"], env=env, cwd=work, stdout=self.log, stderr=self.log
+        )
+
+    def wait(self, timeout_s: float = 300) -> None:
+        """Until it answers (~15 s on a quiet machine; minutes on a crowded one)."""
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
             except httpx.HTTPError:
                 pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"Phoenix did not start: {(work / 'phoenix.log').read_text()[-2000:]}")
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = (self.work / "phoenix.log").read_text(errors="replace")[-2000:]
+                pytest.fail(f"Phoenix did not start: {tail}")
             time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
+
+    def stop(self) -> None:
+        self.proc.terminate()
         try:
-            proc.wait(10)
+            self.proc.wait(10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
+    """Phoenix's server on loopback, its database in a temp dir."""
+    if not (PHOENIX_ENV / "bin" / "phoenix").exists():
+        pytest.fail(f"no Phoenix in {PHOENIX_ENV}: run scripts/install-phoenix-env.sh")
+    server = Phoenix(tmp_path_factory.mktemp("phoenix"))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
 async def client(
-    phoenix: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, base_dir: Path
+    phoenix: Phoenix, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, base_dir: Path
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
     for name in ("OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", phoenix)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", phoenix.url)
     monkeypatch.setenv("OTEL_SERVICE_NAME", "agentstation-acceptance")
     monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base_dir))
     monkeypatch.setenv("AGENTSTATION_SANDBOX_TIMEOUT_S", "20")
@@ -132,6 +148,7 @@ async def client(
     models = json.dumps([*MODELS, *TEAM])
     app = create_app(make_settings(url, models=models, sandbox_enabled=True))
     async with sandboxed_client(app) as c:
+        await asyncio.to_thread(phoenix.wait)  # started with the module, alongside the sandbox
         for name, spec in AGENTS.items():
             resp = await c.post("/v1/agents", json={"name": name, "spec": spec})
             assert resp.status_code == 201, resp.text
@@ -211,7 +228,7 @@ class Tree:
 
 
 async def test_runs_are_traced_into_phoenix(
-    client: tuple[httpx.AsyncClient, Any], phoenix: str
+    client: tuple[httpx.AsyncClient, Any], phoenix: Phoenix
 ) -> None:
     c, app = client
     traceparent = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
@@ -232,7 +249,7 @@ async def test_runs_are_traced_into_phoenix(
     tool_trace, task_trace = tool_run["trace_id"], task_run["trace_id"]
     calc_trace = paused["trace_id"]
     spans = _wait_for(
-        phoenix,
+        phoenix.url,
         {
             tool_trace: {ROOT, "execute_tool IPythonInteractive", "kernel.cell", "store.store_end"},
             task_trace: {ROOT, "invoke_agent classroom", "invoke_agent pupil"},

@@ -22,7 +22,7 @@ from app.db.base import utcnow
 from app.db.engine import APPLICATION_PREFIX
 from app.db.models import Replica, Run, SessionKernel
 from app.runtime.store.writes import WriteGate
-from app.schemas.vocab import ACTIVE
+from app.schemas.vocab import ACTIVE, CancelMode
 
 REPLICAS = cast(sa.Table, Replica.__table__)
 KERNELS = cast(sa.Table, SessionKernel.__table__)
@@ -69,7 +69,8 @@ class FleetStore:
         """End a replica's database connections (its locks go, its writes fail)."""
 
     async def orphaned(self, session_pk: str, me: str, ttl_s: float) -> bool:
-        """Whether an active run of the session belongs to a dead replica (not ``me``)."""
+        """Whether an active run of the session belongs to a dead replica (not ``me``), or
+        one was closed for that moments ago."""
         return False
 
     async def active_runs(self, replica: str) -> list[OrphanRun]:
@@ -142,17 +143,22 @@ class PgFleetStore(FleetStore):
     async def orphaned(self, session_pk: str, me: str, ttl_s: float) -> bool:
         stale, connected = self._alive(ttl_s)
         live = sa.exists().where(REPLICAS.c.id == Run.replica, ~stale, connected)
-        query = sa.select(
-            sa.exists().where(
-                Run.session_pk == session_pk,
-                Run.status.in_(ACTIVE),
-                Run.replica.is_not(None),
-                Run.replica != me,
-                ~live,
-            )
+        dead_run = sa.exists().where(
+            Run.session_pk == session_pk,
+            Run.status.in_(ACTIVE),
+            Run.replica.is_not(None),
+            Run.replica != me,
+            ~live,
+        )
+        # Or closed moments ago (a sweep or a follower won the race with this turn's own
+        # reaping): the session is free now, and a retry passes.
+        just_closed = sa.exists().where(
+            Run.session_pk == session_pk,
+            Run.stop_reason == CancelMode.REPLICA_LOST,
+            Run.finished_at > sa.func.now() - sa.func.make_interval(0, 0, 0, 0, 0, 0, 5.0),
         )
         async with self.sessionmaker() as db:
-            return bool(await db.scalar(query))
+            return bool(await db.scalar(sa.select(dead_run | just_closed)))
 
     async def dead_replicas(self, me: str, ttl_s: float) -> list[DeadReplica]:
         stale, connected = self._alive(ttl_s)

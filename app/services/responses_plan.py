@@ -1,0 +1,252 @@
+"""Where a new response runs: the model or agent it names, and its session (docs/responses.md,
+"The mapping").
+
+- ``model``: a stored agent, else a raw model's agent ``responses.<model>`` of kind ``model``
+  (created on first use); ``raw_model``/``stateless``: a ``store: false`` answer that needs no
+  session at all (``responses_stateless``).
+- The session: ``previous_response_id``'s (the chain goes on in it), or a fork of it at that
+  response when the chain already went on from there, or another model answers (two responses
+  naming one ``previous_response_id`` each see the history up to it, not each other);
+  ``conversation``'s (the conversation is a session); else a new session ``chain_...``.
+  ``store: false`` runs in a session of its own (a fork when it continues a chain or a
+  conversation), deleted when the run ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from app.db.models import Agent, Run
+from app.db.models import Session as SessionRow
+from app.engines.base import ModelHandle
+from app.errors import BadRequest, Conflict, NotFound, Unavailable
+from app.schemas.agents import AgentCreate, AgentSpec
+from app.schemas.responses import ResponseCreate
+from app.schemas.sessions import SessionCreate
+from app.services import responses_ids as ids
+from app.services.agent_directory import AgentInfo
+from app.services.agents import create_agent
+from app.services.auth import Principal
+from app.services.forks import counts_at, fork_session
+from app.services.runs import remember_created
+from app.services.sessions import create_session
+from app.state import AppState
+
+SOURCE = "responses"  # the run's ``options.source``
+
+
+@dataclass
+class Planned:
+    """Where a new response runs."""
+
+    session_id: str
+    agent: AgentInfo
+    key: str  # the route key of its ids
+    forget: bool  # store: false: the session goes when the run ends
+    new: bool = False  # made for this response (a new chain or a fork): gone if it is refused
+
+
+async def agent_for(state: AppState, who: Principal, model: str) -> AgentInfo:
+    """The stored agent called ``model``, else the raw model's implicit agent (404 for
+    neither)."""
+    agents = await state.agents.agents(state.sessionmaker, who.tenant_id)
+    agent = agents.get(model)
+    if agent is not None:
+        return agent
+    if model not in state.models.names() or not who.may_use(model):
+        raise NotFound(f"model {model!r} not found", param="model", code="model_not_found")
+    name = ids.implicit_agent_name(model)
+    agent = agents.get(name)
+    if agent is not None and agent.spec.kind == "model" and agent.spec.model == model:
+        return agent
+    if agent is None:
+        spec = AgentSpec(kind="model", model=model)
+        body = AgentCreate(
+            name=name,
+            description=f"The Responses API's agent for the model {model!r}",
+            spec=spec,
+        )
+        async with state.sessionmaker() as db, db.begin():
+            try:
+                await create_agent(db, who.tenant_id, body, state.registry, state.models.names())
+            except Conflict:  # a concurrent first request created it
+                pass
+        agent = await state.agents.find(state.sessionmaker, who.tenant_id, name)
+    if agent is None or agent.spec.kind != "model" or agent.spec.model != model:
+        raise BadRequest(
+            f"the agent {name!r} exists and is not the model {model!r}'s", param="model"
+        )
+    return agent
+
+
+async def raw_model(state: AppState, who: Principal, model: str) -> ModelHandle | None:
+    """The raw model ``model`` names (None: it names a stored agent); 404 for neither, 503
+    while it loads."""
+    if model in await state.agents.agents(state.sessionmaker, who.tenant_id):
+        return None
+    handle = state.models.get(model)
+    if handle is None or not who.may_use(model):
+        raise NotFound(f"model {model!r} not found", param="model", code="model_not_found")
+    if not handle.ready:
+        raise Unavailable(f"model {model!r} is not ready", code="model_not_ready")
+    return handle
+
+
+def stateless(req: ResponseCreate) -> bool:
+    """Whether the response can run without a session: nothing to keep, nothing to continue."""
+    return not (req.store or req.background or req.previous_response_id or req.conversation_id())
+
+
+async def response_run(state: AppState, tenant_id: str, response_id: str, param: str) -> Run:
+    """The tenant's stored response (its run); 404 naming the id otherwise."""
+    async with state.sessionmaker() as db:
+        run = await db.get(Run, response_id) if response_id.startswith(ids.RESPONSE) else None
+    if run is None or run.tenant_id != tenant_id:
+        raise NotFound(
+            f"Response with id '{response_id}' not found.", param=param, code="response_not_found"
+        )
+    return run
+
+
+async def plan(
+    state: AppState, who: Principal, req: ResponseCreate, agent: AgentInfo, header: str | None
+) -> Planned:
+    """The session a new response runs in (module docstring)."""
+    conversation = req.conversation_id()
+    if req.previous_response_id and conversation:
+        raise BadRequest(
+            "previous_response_id and conversation cannot be used together",
+            param="conversation",
+            code="not_supported",
+        )
+    if req.background and not req.store:
+        raise BadRequest(
+            "background responses must be stored (store: true)", param="store", code="not_supported"
+        )
+    forget = not req.store
+    key = ids.route_key(header, req.previous_response_id or conversation)
+    tenant = who.tenant_id
+    if req.previous_response_id:
+        return await _continue(state, tenant, req.previous_response_id, agent, key, forget)
+    if conversation:
+        return await _conversation(state, tenant, conversation, agent, key, forget)
+    session_id = ids.mint(ids.CHAIN, key)
+    async with state.sessionmaker() as db, db.begin():
+        body = SessionCreate(agent=agent.name, id=session_id, metadata={"source": SOURCE})
+        row, agent_row = await create_session(db, tenant, body)
+        remember_created(state, db, row, agent_row)  # its first turn needs no lookup
+    return Planned(session_id, agent, key, forget, new=True)
+
+
+# A chain's next turn, in one statement: the previous response's session and agent, and the
+# session's latest run (is the previous response still the chain's end?).
+_LATEST = (
+    sa.select(Run.id)
+    .where(Run.session_pk == SessionRow.pk)
+    .order_by(Run.created_at.desc(), Run.id.desc())
+    .limit(1)
+    .correlate(SessionRow)
+    .scalar_subquery()
+)
+
+
+async def _continue(
+    state: AppState, tenant: str, previous: str, agent: AgentInfo, key: str, forget: bool
+) -> Planned:
+    """The chain goes on in ``previous``'s session, or in a fork of it at ``previous`` (404
+    naming ``previous_response_id`` for an unknown or another tenant's response)."""
+    found = None
+    if previous.startswith(ids.RESPONSE):
+        async with state.sessionmaker() as db:
+            found = (
+                await db.execute(
+                    sa.select(Run.tenant_id, SessionRow.id, SessionRow.agent_id, _LATEST)
+                    .join(SessionRow, SessionRow.pk == Run.session_pk)
+                    .where(Run.id == previous)
+                )
+            ).first()
+    if found is None or found[0] != tenant:
+        raise NotFound(
+            f"Response with id '{previous}' not found.",
+            param="previous_response_id",
+            code="response_not_found",
+        )
+    _, session_id, agent_id, latest = found
+    if latest == previous and agent_id == agent.id and not forget:
+        return Planned(session_id, agent, key, forget)  # the chain's end: it goes on there
+    async with state.sessionmaker() as db, db.begin():
+        parent = await db.get(Run, previous)
+        session = await db.get(SessionRow, parent.session_pk) if parent is not None else None
+        if parent is None or session is None:  # deleted meanwhile
+            raise NotFound(
+                f"Response with id '{previous}' not found.",
+                param="previous_response_id",
+                code="response_not_found",
+            )
+        counts = await counts_at(db, session.pk, parent)
+        agent_row = await db.get(Agent, agent.id)
+        assert agent_row is not None
+        fork = await fork_session(
+            db, session, counts, agent_row, ids.mint(ids.CHAIN, key), {"source": SOURCE}
+        )
+        return Planned(fork.id, agent, key, forget, new=True)
+
+
+async def _conversation(
+    state: AppState, tenant: str, conversation: str, agent: AgentInfo, key: str, forget: bool
+) -> Planned:
+    """A conversation's session (its agent switched to ``agent`` when both are raw models'
+    agents, or it has no run yet); ``store: false`` forks it."""
+    async with state.sessionmaker() as db, db.begin():
+        session = await db.scalar(
+            sa.select(SessionRow).where(
+                SessionRow.tenant_id == tenant, SessionRow.id == conversation
+            )
+        )
+        if session is None or not conversation.startswith(ids.CONVERSATION):
+            raise NotFound(
+                f"Conversation with id '{conversation}' not found.",
+                param="conversation",
+                code="conversation_not_found",
+            )
+        agent_row = await db.get(Agent, agent.id)
+        assert agent_row is not None
+        if forget:
+            last = await db.scalar(
+                sa.select(Run)
+                .where(Run.session_pk == session.pk)
+                .order_by(Run.created_at.desc(), Run.id.desc())
+                .limit(1)
+            )
+            counts = (
+                await counts_at(db, session.pk, last)
+                if last is not None
+                else await _all(db, session)
+            )
+            fork = await fork_session(db, session, counts, agent_row, ids.mint(ids.CHAIN, key))
+            return Planned(fork.id, agent, key, forget, new=True)
+        if session.agent_id != agent.id:
+            current = await db.get(Agent, session.agent_id)
+            implicit = (current is not None and current.name.startswith(ids.IMPLICIT_AGENT)) and (
+                agent.name.startswith(ids.IMPLICIT_AGENT)
+            )
+            ran = await db.scalar(sa.select(Run.id).where(Run.session_pk == session.pk).limit(1))
+            if not implicit and ran is not None:
+                raise BadRequest(
+                    f"conversation {conversation!r} is with {current.name if current else '?'}"
+                    f"; it cannot go on with {agent.name!r}",
+                    param="model",
+                    code="not_supported",
+                )
+            session.agent_id, session.agent_version = agent.id, agent.version
+            state.turn_sessions.pop((tenant, conversation))
+    return Planned(conversation, agent, key, forget)
+
+
+async def _all(db: Any, session: SessionRow) -> dict[str, int]:
+    from app.runtime.store.rows import load_state
+
+    return {k: len(v) for k, v in (await load_state(db, session.pk)).items()}
