@@ -69,12 +69,14 @@ async def session(cfg: dict[str, Any], client: AsyncOpenAI, kc: Any, start: asyn
     cells: list[str] = []
     outputs: list[str] = []
     tool_ends: list[float] = []
+    call_starts: list[float] = []  # when each forced call reached the tool (the call complete)
     firsts: list[float] = []
 
     calls = [0]
 
     async def invoke(ctx: Any, arguments: str) -> str:
         calls[0] += 1
+        call_starts.append(time.perf_counter())
         if calls[0] > steps:  # the last model call's forced call: the session is over
             return ""
         code = json.loads(arguments)["command"]
@@ -115,8 +117,11 @@ async def session(cfg: dict[str, Any], client: AsyncOpenAI, kc: Any, start: asyn
     wall = time.perf_counter() - t0
     # Model call k+1 (k ≥ 1) follows tool result k.
     post_tool = [firsts[k + 1] - tool_ends[k] for k in range(len(tool_ends)) if k + 1 < len(firsts)]
+    # Tool result k → call k+1 complete (its arguments parsed, the tool invoked again).
+    step = [call_starts[k + 1] - tool_ends[k] for k in range(len(tool_ends))
+            if k + 1 < len(call_starts)]  # fmt: skip
     return {"wall_s": wall, "cells": cells, "outputs": outputs, "post_tool_ttft_s": post_tool,
-            "model_calls": len(firsts)}  # fmt: skip
+            "post_tool_call_s": step, "model_calls": len(firsts)}  # fmt: skip
 
 
 async def main() -> None:

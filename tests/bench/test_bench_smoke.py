@@ -176,5 +176,7 @@ def test_agentic_bench_runs_the_same_cells_on_both_sides() -> None:
         assert row["sessions"] == 2 and row["steps"] == 2
         assert row["post_tool_ttfts"] == 4  # 2 per session: the calls after cells 1 and 2
         assert 0 < row["post_tool_ttft_p50_ms"] < row["session_p50_ms"]
+        assert 0 < row["post_tool_call_p50_ms"] < row["session_p50_ms"]
+        assert row["engine_ttft_mean_ms"] > 0  # vLLM's own histogram, on both sides
         assert row["prefix_hit_rate"] is not None and 0 < row["prefix_hit_rate"] <= 1
     assert [g.met is not None for g in result.goals] == [True, True]
