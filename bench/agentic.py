@@ -123,7 +123,15 @@ def gateway(model_dir: Path, kv_mib: int, tree: Path | None = None) -> ServerPro
     name = "gateway" + ("" if tree is None else OLD)
     metrics_port = free_port()
     server = gateway_server(
-        name, [model], None, tree=tree, BENCH_AGENTIC_METRICS_PORT=str(metrics_port), **ENGINE_ENV
+        name,
+        [model],
+        None,
+        tree=tree,
+        BENCH_AGENTIC_METRICS_PORT=str(metrics_port),
+        # One kernel per live session, as side B has: at the default 16, 32 sessions evict
+        # each other's kernels between cells (their state lost, the outputs wrong).
+        AGENTSTATION_SANDBOX_MAX_KERNELS=str(2 * max(SESSIONS)),
+        **ENGINE_ENV,
     )
     server.metrics_url = f"http://127.0.0.1:{metrics_port}"  # type: ignore[attr-defined]
     # The tree's app and agents first, then the tool's entry point, then this tree's bench.
