@@ -34,6 +34,7 @@ BENCHMARKS = [
     "sandbox",
     "engine",
     "responses",
+    "agentic",
 ]
 SCRIPT_TIMEOUT_S = 300
 

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 CODEX_PREFIX=${AGENTSTATION_CODEX_PREFIX:-.tools/codex}
 CODEX_VERSION=0.171.0
 AGENTS_SDK_VENV=${AGENTSTATION_AGENTS_SDK_VENV:-.venv-agents-sdk}
-AGENTS_SDK_PACKAGES=("openai-agents==0.24.0")
+AGENTS_SDK_PACKAGES=("openai-agents==0.24.0" "jupyter_client==8.10.0")
 BASE_PY=${PY:-python3.11}
 
 if ! command -v npm >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

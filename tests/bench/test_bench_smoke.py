@@ -157,3 +157,26 @@ async def test_engine_affinity_harness_measures_hits_and_ttft_per_policy() -> No
     assert sum(session["requests_per_server"]) == sum(rr["requests_per_server"]) == 20
     assert session["prefix_hit_rate"] > rr["prefix_hit_rate"] > 0
     assert session["last_turn_ttft_p50_ms"] > 0 and result["ttft_ratio_session_over_round_robin"]
+
+
+def test_agentic_bench_runs_the_same_cells_on_both_sides() -> None:
+    # bench/agentic.py on its smallest load: 2 sessions of 2 steps on each side (AgentStation's
+    # tool agent on the in-process engine; the Agents SDK's loop against vLLM's own server).
+    # The harness raises unless every session on both sides ran the pinned cell twice and
+    # printed the expected outputs; the rows carry both sides' figures.
+    from bench import agentic
+    from bench.common import BenchOptions
+
+    reason = agentic.available()
+    assert reason is None, reason  # `make install` builds the SDK's venv and the kernel env
+    result = agentic.run(BenchOptions(quick=True, rounds=1))
+    sides = {r["side"]: r for r in result.rows}
+    assert set(sides) == {"A", "B"}
+    for row in sides.values():
+        assert row["sessions"] == 2 and row["steps"] == 2
+        assert row["post_tool_ttfts"] == 4  # 2 per session: the calls after cells 1 and 2
+        assert 0 < row["post_tool_ttft_p50_ms"] < row["session_p50_ms"]
+        assert 0 < row["post_tool_call_p50_ms"] < row["session_p50_ms"]
+        assert row["engine_ttft_mean_ms"] > 0  # vLLM's own histogram, on both sides
+        assert row["prefix_hit_rate"] is not None and 0 < row["prefix_hit_rate"] <= 1
+    assert [g.met is not None for g in result.goals] == [True, True]
