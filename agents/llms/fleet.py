@@ -54,31 +54,14 @@ class FleetGPTAPI(AsyncGPTAPI):
 
     async def _astream(self, messages: Messages, **params: Any) -> AsyncIterator[LLMDelta]:
         key = route_key.get() or prefix_key(messages)
-        error: BaseException | None = None
-        for upstream in self.pool.order(key):
-            started = False
-            upstream.inflight += 1
-            upstream.requests += 1
-            try:
-                call = self._astream_on(self.clients[upstream.url], messages, params)
-                async with contextlib.aclosing(call) as deltas:
-                    async for delta in deltas:
-                        started = True
-                        yield delta
-            except Exception as exc:
-                if not upstream_failed(exc):
-                    raise
-                self.pool.failed(upstream)
-                if started:
-                    raise
-                error = exc
-                continue
-            finally:
-                upstream.inflight -= 1
-            self.pool.succeeded(upstream)
-            return
-        assert error is not None
-        raise error
+        deltas = self.pool.stream(
+            key,
+            lambda upstream: self._astream_on(self.clients[upstream.url], messages, params),
+            upstream_failed,
+        )
+        async with contextlib.aclosing(deltas):
+            async for delta in deltas:
+                yield delta
 
     async def aclose(self) -> None:
         """Close every upstream's connections (of this event loop)."""

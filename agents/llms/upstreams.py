@@ -21,18 +21,20 @@ turns when the whole history is sent each time.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 ROUTINGS = ("session", "least_loaded", "round_robin")
+T = TypeVar("T")
 
 # The session (or any stable key) the current task's model calls belong to.
 route_key: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -120,6 +122,42 @@ class UpstreamPool:
             log.warning("upstream %s is back", upstream.url)
         upstream.failures = 0
         upstream.down_until = 0.0
+
+    async def stream(
+        self,
+        key: str | None,
+        open_stream: Callable[[Upstream], AsyncIterator[T]],
+        upstream_failed: Callable[[BaseException], bool],
+    ) -> AsyncGenerator[T, None]:
+        """The items of the first upstream (in ``order(key)``) whose stream answers: one that
+        fails (``upstream_failed(exc)``) before its first item is taken out and the next one
+        tried; a failure once items were yielded is raised (they cannot be taken back), as is
+        an error that is not the upstream's."""
+        error: BaseException | None = None
+        for upstream in self.order(key):
+            started = False
+            upstream.inflight += 1
+            upstream.requests += 1
+            try:
+                items = open_stream(upstream)
+                async with contextlib.aclosing(items) as opened:  # type: ignore[type-var]
+                    async for item in opened:
+                        started = True
+                        yield item
+            except Exception as exc:
+                if not upstream_failed(exc):
+                    raise
+                self.failed(upstream)
+                if started:
+                    raise
+                error = exc
+                continue
+            finally:
+                upstream.inflight -= 1
+            self.succeeded(upstream)
+            return
+        assert error is not None
+        raise error
 
     def status(self) -> dict[str, str]:
         """``url -> up | down`` (for logs and tests)."""

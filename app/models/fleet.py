@@ -37,8 +37,9 @@ def request_key(request: dict[str, Any]) -> str:
     return prefix_key(request.get("messages") or ())
 
 
-def _upstream_failed(exc: EngineError) -> bool:
-    return exc.code != "upstream_error"  # the caller's own request was refused otherwise
+def _upstream_failed(exc: BaseException) -> bool:
+    # An EngineError but ``upstream_error`` (the caller's own request refused) is the upstream's.
+    return isinstance(exc, EngineError) and exc.code != "upstream_error"
 
 
 class FleetRawBackend:
@@ -48,57 +49,28 @@ class FleetRawBackend:
         self.pool = pool
         self.backends = backends
 
-    def _order(self, request: dict[str, Any]) -> list[Upstream]:
-        return self.pool.order(request_key(request))
-
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         """A whole ``chat.completion`` from the first upstream that answers."""
-        error: EngineError | None = None
-        for upstream in self._order(request):
-            upstream.inflight += 1
-            upstream.requests += 1
-            try:
-                answer = await self.backends[upstream.url].complete(request)
-            except EngineError as exc:
-                if not _upstream_failed(exc):
-                    raise
-                self.pool.failed(upstream)
-                error = exc
-                continue
-            finally:
-                upstream.inflight -= 1
-            self.pool.succeeded(upstream)
-            return answer
-        assert error is not None
-        raise error
+
+        async def answer(upstream: Upstream) -> AsyncIterator[dict[str, Any]]:
+            yield await self.backends[upstream.url].complete(request)
+
+        answers = self.pool.stream(request_key(request), answer, _upstream_failed)
+        async with contextlib.aclosing(answers):
+            async for whole in answers:
+                return whole
+        raise AssertionError("the pool ends with an answer or an error")  # pragma: no cover
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The chunks of the first upstream that starts answering."""
-        error: EngineError | None = None
-        for upstream in self._order(request):
-            started = False
-            upstream.inflight += 1
-            upstream.requests += 1
-            try:
-                chunks = self.backends[upstream.url].stream(request)
-                async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
-                    async for chunk in stream:
-                        started = True
-                        yield chunk
-            except EngineError as exc:
-                if not _upstream_failed(exc):
-                    raise
-                self.pool.failed(upstream)
-                if started:
-                    raise
-                error = exc
-                continue
-            finally:
-                upstream.inflight -= 1
-            self.pool.succeeded(upstream)
-            return
-        assert error is not None
-        raise error
+        chunks = self.pool.stream(
+            request_key(request),
+            lambda upstream: self.backends[upstream.url].stream(request),
+            _upstream_failed,
+        )
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
 
     async def aclose(self) -> None:
         """Close every upstream's HTTP session."""
