@@ -28,6 +28,7 @@ from app.services import responses_ids as ids
 from app.services.auth import Principal
 from app.services.responses_input import Input, parse_input
 from app.services.responses_plan import agent_for
+from app.services.responses_read import item_page
 from app.services.sessions import active_run, create_session
 from app.state import AppState
 
@@ -130,21 +131,7 @@ async def list_items(
     items: list[dict[str, Any]] = []
     for index, entry in enumerate(memory):
         items += _items(row.id, index, entry)
-    if order == "desc":
-        items.reverse()
-    if after is not None:
-        at = next((i for i, item in enumerate(items) if item["id"] == after), None)
-        if at is None:
-            raise BadRequest(f"unknown cursor {after!r}", param="after", code="invalid_cursor")
-        items = items[at + 1 :]
-    page = items[:limit]
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": len(items) > limit,
-    }
+    return item_page(items, order, after, limit)
 
 
 def _items(conversation_id: str, index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:

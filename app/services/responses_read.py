@@ -146,20 +146,28 @@ def input_items(run: Run, order: str, after: str | None, limit: int) -> dict[str
         raise BadRequest("limit must be between 1 and 100", param="limit")
     meta = (run.options or {}).get("response") or {}
     items = [_as_item(run.id, i, item) for i, item in enumerate(meta.get("input") or [])]
+    return item_page(items, order, after, limit)
+
+
+def item_page(
+    items: list[dict[str, Any]], order: str, after: str | None, limit: int
+) -> dict[str, Any]:
+    """One page of items (``items`` oldest first; ``order=desc`` newest first), after the item
+    ``after`` (400 ``invalid_cursor`` if it is not one of them), as OpenAI's list object."""
     if order == "desc":
-        items.reverse()
+        items = items[::-1]
     if after is not None:
         at = next((i for i, item in enumerate(items) if item["id"] == after), None)
         if at is None:
             raise BadRequest(f"unknown cursor {after!r}", param="after", code="invalid_cursor")
         items = items[at + 1 :]
-    page, more = items[:limit], len(items) > limit
+    page = items[:limit]
     return {
         "object": "list",
         "data": page,
         "first_id": page[0]["id"] if page else None,
         "last_id": page[-1]["id"] if page else None,
-        "has_more": more,
+        "has_more": len(items) > limit,
     }
 
 
