@@ -299,7 +299,9 @@ def client_round(url: str, sessions: int, steps: int) -> dict[str, Any]:
     after = asyncio.run(prefix_counters(url))
     line = next((x for x in done.stdout.splitlines() if x.startswith("{")), None)
     if done.returncode != 0 or line is None:
-        raise RuntimeError(f"agentic_client exited {done.returncode}: {done.stderr[-1500:]}")
+        at = done.stderr.rfind("Traceback")  # the SDK's error, not the kernels' goodbyes
+        detail = done.stderr[at : at + 3000] if at >= 0 else done.stderr[-1500:]
+        raise RuntimeError(f"agentic_client exited {done.returncode}: {detail}")
     return {**json.loads(line), "prefix": (before, after)}
 
 

@@ -42,7 +42,9 @@ def kernelspec(python: str) -> None:
     root = tempfile.mkdtemp(prefix="agentic-kernels-")
     spec_dir = os.path.join(root, "kernels", "benchcell")
     os.makedirs(spec_dir)
+    # No shared ~/.ipython history database (32 kernels writing one SQLite file collide).
     argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    argv += ["--HistoryManager.enabled=False"]
     with open(os.path.join(spec_dir, "kernel.json"), "w") as f:
         json.dump({"argv": argv, "display_name": "bench", "language": "python"}, f)
     os.environ["JUPYTER_PATH"] = root
