@@ -299,7 +299,9 @@ def client_round(url: str, sessions: int, steps: int) -> dict[str, Any]:
     after = asyncio.run(prefix_counters(url))
     line = next((x for x in done.stdout.splitlines() if x.startswith("{")), None)
     if done.returncode != 0 or line is None:
-        raise RuntimeError(f"agentic_client exited {done.returncode}: {done.stderr[-1500:]}")
+        at = done.stderr.rfind("Traceback")  # the SDK's error, not the kernels' goodbyes
+        detail = done.stderr[at : at + 3000] if at >= 0 else done.stderr[-1500:]
+        raise RuntimeError(f"agentic_client exited {done.returncode}: {detail}")
     return {**json.loads(line), "prefix": (before, after)}
 
 
@@ -346,9 +348,11 @@ def measure(
                 got = asyncio.run(server_round(url, metrics_url, n))
                 check_same_work(side, got, steps)
                 per_side.setdefault(side, []).append(summarize(side, got))
+                _progress(n, per_side[side][-1])
             got = client_round(vllm_url, n, steps)
             check_same_work("B", got, steps)
             per_side.setdefault("B", []).append(summarize("B", got))
+            _progress(n, per_side["B"][-1])
         for runs in per_side.values():
             row: dict[str, Any] = {"sessions": n, "steps": steps, "rounds": len(runs)}
             for key in runs[0]:
@@ -366,6 +370,11 @@ def measure(
                     r["post_tool_call_p50_ms"], b["post_tool_call_p50_ms"]
                 )
     return rows
+
+
+def _progress(sessions: int, summary: dict[str, Any]) -> None:
+    """Each round's figures as they come (a later failure keeps them)."""
+    print(json.dumps({"round": True, "sessions": sessions, **summary}), flush=True)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

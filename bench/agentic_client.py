@@ -42,7 +42,9 @@ def kernelspec(python: str) -> None:
     root = tempfile.mkdtemp(prefix="agentic-kernels-")
     spec_dir = os.path.join(root, "kernels", "benchcell")
     os.makedirs(spec_dir)
+    # No shared ~/.ipython history database (32 kernels writing one SQLite file collide).
     argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    argv += ["--HistoryManager.enabled=False"]
     with open(os.path.join(spec_dir, "kernel.json"), "w") as f:
         json.dump({"argv": argv, "display_name": "bench", "language": "python"}, f)
     os.environ["JUPYTER_PATH"] = root
@@ -134,7 +136,10 @@ async def main() -> None:
     clients = [km.client() for km in managers]
     for kc in clients:
         kc.start_channels()
-    await asyncio.gather(*(kc.wait_for_ready(timeout=120) for kc in clients))
+    # One at a time: 32 concurrent waits once blocked the loop for good in a synchronous zmq
+    # send inside jupyter_client's wait_for_ready (py-spy), where its timeout cannot fire.
+    for kc in clients:
+        await kc.wait_for_ready(timeout=120)
     start = asyncio.Event()
     tasks = [asyncio.create_task(session(cfg, client, kc, start)) for kc in clients]
     await asyncio.sleep(0.2)
