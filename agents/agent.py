@@ -285,7 +285,7 @@ class BaseAgent:
         inputs = _to_messages((hooked,)) if isinstance(hooked, AgentMessage | str) else hooked
         self.update_memory(inputs, session_id=session_id)
         forward = self.forward
-        if inspect.iscoroutinefunction(forward) or inspect.isasyncgenfunction(forward):
+        if inspect.isasyncgenfunction(forward) or inspect.iscoroutinefunction(forward):
             result = forward(*inputs, session_id=session_id, **kwargs)
         else:
             # A sync forward (lagent style) may block or drive sync sub-agents: run it off-loop.
