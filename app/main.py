@@ -32,6 +32,7 @@ from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
 from app.openapi import install as install_openapi
 from app.ops.tenant_usage import TenantUsage
+from app.ops.token_holds import TokenMeter
 from app.outbound import OutboundPolicy
 from app.runtime.builders import default_registry
 from app.runtime.kernels import FleetKernelPool
@@ -134,6 +135,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     fleet = create_fleet_store(engine, sessionmaker, state.runs.writes)
     if isinstance(state.kernel_pool, FleetKernelPool):
         state.kernel_pool.fleet = fleet
+    # Tenants' token budgets, counted call by call in the database (exact over the fleet).
+    meter = TokenMeter(sessionmaker, replica, state.runs.writes)
+    state.tenant_usage.meter = meter
+    state.runs.use_token_meter(meter.for_tenant)
     recovered = await state.runs.start()
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)
@@ -144,10 +149,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.drain.active,
         settings.heartbeat_s,
         settings.replica_ttl_s,
+        release_holds=meter.release_replica,
     )
     state.liveness = liveness
     state.runs.admissions.recovering = liveness.recovering  # 503 instead of 409 meanwhile
     await liveness.start()  # its heartbeat; the runs of dead replicas are closed
+    await meter.release_unowned()  # token holds of replicas gone before they were given back
     from app.services.approvals import ApprovalTimeouts
 
     timeouts = ApprovalTimeouts(state, settings.approval_check_s)  # runs waiting for a person

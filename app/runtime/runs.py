@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from agents.llms.base import CallMeter
 from app.db.models import SEQ_BLOCK, Run
 from app.runtime.admission import Admissions, Submission
 from app.runtime.approvals import Resumption
@@ -100,6 +101,11 @@ class RunManager:
         """A waiting run was decided about (ops: the time-waited histogram)."""
         if self.on_approval is not None:
             self.on_approval(waited_s, outcome)
+
+    def use_token_meter(self, meter: Callable[[str], CallMeter] | None) -> None:
+        """Count the calls of tenants with a token budget in the database, call by call
+        (``meter(tenant_id)``, app.ops.token_holds) instead of at each run's end."""
+        self.deps.meter = meter
 
     async def submit(
         self, sub: Submission, lease: TurnLease, inline: bool = False

@@ -129,9 +129,12 @@ async def stateless_pieces(
         if tenant_id is not None and figures is None:
             figures = await state.tenant_usage.figures(tenant_id)
         limit, used = figures or (None, 0)
+        # A tenant's budget: each model call reserved and settled in the database (exact
+        # over the fleet, app.ops.token_holds), then not charged again below.
+        meter = state.tenant_usage.calls(tenant_id) if tenant_id and limit is not None else None
         with usage_scope() as usage, ExitStack() as scopes:
             if limit is not None:  # without a tenant budget there is nothing to check
-                budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used)
+                budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used, meter=meter)
                 scopes.enter_context(budget_scope(budget))
             try:
                 # The agent's stream itself: a stateless turn has no events or messages to
@@ -154,7 +157,7 @@ async def stateless_pieces(
                     if deltas and (out := texts.piece(chunk.content, stream_state)):
                         yield Piece(out)
             finally:
-                if tenant_id is not None:  # the tenant's budget counts stateless runs too
+                if tenant_id is not None and meter is None:  # stateless runs count too
                     await state.tenant_usage.charge(
                         tenant_id, usage.total_tokens, limited=limit is not None
                     )

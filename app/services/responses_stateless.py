@@ -56,9 +56,11 @@ async def stateless_events(
     params = {**sampling(req), **model_params(req)}
     text, finish = "", "stop"
     calls: list[dict[str, Any]] = []
+    # A tenant's budget: each call reserved and settled in the database (app.ops.token_holds).
+    meter = state.tenant_usage.calls(tenant_id) if limit is not None else None
     with usage_scope() as usage, ExitStack() as scopes:
         if limit is not None:
-            budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used)
+            budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used, meter=meter)
             scopes.enter_context(budget_scope(budget))
         scopes.enter_context(instructions_scope(req.instructions))
         try:
@@ -78,9 +80,10 @@ async def stateless_events(
                 yield event
             return
         finally:
-            await state.tenant_usage.charge(
-                tenant_id, usage.total_tokens, limited=limit is not None
-            )
+            if meter is None:  # (a metered call was charged when it ended)
+                await state.tenant_usage.charge(
+                    tenant_id, usage.total_tokens, limited=limit is not None
+                )
     reply = reply_message(req.model, text, calls, req.parallel_tool_calls)
     for event in stream.feed(EventType.MESSAGE, {"index": 0, "message": dump_message(reply)}):
         yield event
