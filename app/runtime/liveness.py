@@ -27,7 +27,7 @@ crashed replica's runs are closed within about ``beat_s`` (its connections close
 hung or stopped one's within about ``ttl_s + 2 beat_s`` (≤ 12 s), a vanished host's within
 about 11 s (its connections' TCP keepalive, app/db/engine.py, or the TTL, whichever is first).
 Concurrent sweeps by several replicas are safe: closing a run is a conditional update of its
-row (``Orphans.close``).
+row (``RunManager.close_orphan``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-from app.runtime.orphans import Orphans
 from app.runtime.store.fleet import FleetStore
 from app.schemas.vocab import CancelMode
 
@@ -61,7 +60,7 @@ class Liveness:
     def __init__(
         self,
         fleet: FleetStore,
-        orphans: Orphans,
+        close_run: Callable[[str, CancelMode], Awaitable[bool]],
         replica: str,
         draining: Callable[[], bool],
         beat_s: float = 2.0,
@@ -69,7 +68,7 @@ class Liveness:
         release_holds: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self.fleet = fleet
-        self.orphans = orphans
+        self.close_run = close_run  # RunManager.close_orphan
         self.replica = replica
         self.draining = draining
         self.beat_s = beat_s
@@ -138,7 +137,7 @@ class Liveness:
             # take first; a concurrent closer (another replica, a turn's admission) is
             # serialised by the run's row lock in ``close``.
             for run in await self.fleet.active_runs(dead.id):
-                closed += await self.orphans.close(run.id, LOST)
+                closed += await self.close_run(run.id, LOST)
             if await self.fleet.active_runs(dead.id):
                 continue  # a lock still held (a fenced backend ending): the next sweep
             if self.release_holds is not None:  # its model calls in flight hold no budget
