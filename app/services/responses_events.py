@@ -21,6 +21,7 @@ Items from messages:
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from agents.schema import AgentStatusCode
@@ -105,6 +106,69 @@ def _is_call(formatted: Any) -> bool:
 
 def _is_result(formatted: Any) -> bool:
     return isinstance(formatted, dict) and "result" in formatted and "state" in formatted
+
+
+def text_part(text: str) -> dict[str, Any]:
+    """An ``output_text`` content part."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    """An assistant ``message`` output item."""
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": content,
+    }
+
+
+def function_call_item(item_id: str, call: dict[str, Any], arguments: str) -> dict[str, Any]:
+    """A ``function_call`` output item for a chat ``tool_calls`` entry (``arguments``: so far)."""
+    fn = call.get("function") or {}
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": str(call.get("id")),
+        "name": str(fn.get("name")),
+        "arguments": arguments,
+        "status": "in_progress",
+    }
+
+
+def call_arguments(call: dict[str, Any]) -> str:
+    """A chat ``tool_calls`` entry's arguments (a JSON string)."""
+    return str((call.get("function") or {}).get("arguments") or "")
+
+
+def end_response(
+    response: dict[str, Any],
+    run: dict[str, Any],
+    error: dict[str, Any] | None,
+    finished_at: float | None,
+) -> str:
+    """Set a Response's end fields from its run's end (``run``: status, stop_reason, usage);
+    returns its terminal event's type."""
+    status = response_status(str(run.get("status", "failed")), run.get("stop_reason"))
+    response["status"] = status
+    response["usage"] = usage_of(run)
+    if status == "incomplete":
+        response["incomplete_details"] = {"reason": _STOP_INCOMPLETE[run["stop_reason"]]}
+    if status == "failed":
+        error = error or run.get("error") or {}
+        lost = _LOST.get(str(run.get("stop_reason")))
+        message = f"{lost} while the response ran; it did not finish" if lost else None
+        response["error"] = {
+            "code": FAILED,
+            "message": str(error.get("message") or message or "the run failed"),
+        }
+    if finished_at is not None and status != "in_progress":
+        response["completed_at"] = finished_at
+    return TERMINAL_TYPES.get(status, "response.failed")
+
+
+TERMINAL_TYPES = {"completed": "response.completed", "incomplete": "response.incomplete"}
 
 
 class ResponseStream:
@@ -238,16 +302,10 @@ class ResponseStream:
         return out
 
     def _open_text(self, index: int) -> list[dict[str, Any]]:
-        item = {
-            "id": self._item_id("msg"),
-            "type": "message",
-            "role": "assistant",
-            "status": "in_progress",
-            "content": [],
-        }
+        item = message_item(self._item_id("msg"), "in_progress", [])
         self._open = {"index": index, "item": item, "at": len(self.response["output"]), "text": ""}
         self.response["output"].append(item)
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        part = text_part("")
         at = self._open["at"]
         return [
             self._event("response.output_item.added", output_index=at, item=dict(item)),
@@ -275,7 +333,7 @@ class ResponseStream:
         assert self._open is not None
         opened, self._open = self._open, None
         item, at = opened["item"], opened["at"]
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        part = text_part(text)
         item["content"] = [part]
         item["status"] = status
         return [
@@ -327,16 +385,8 @@ class ResponseStream:
         return out
 
     def _function_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
-        fn = call.get("function") or {}
-        arguments = str(fn.get("arguments") or "")
-        item = {
-            "id": self._item_id("fc"),
-            "type": "function_call",
-            "call_id": str(call.get("id")),
-            "name": str(fn.get("name")),
-            "arguments": "",
-            "status": "in_progress",
-        }
+        arguments = call_arguments(call)
+        item = function_call_item(self._item_id("fc"), call, "")
         at = len(self.response["output"])
         self.response["output"].append(item)
         out = [self._event("response.output_item.added", output_index=at, item=dict(item))]
@@ -458,30 +508,11 @@ class ResponseStream:
             out += self._approval_items(data.get("tool_calls") or [])
             self.paused = True
         self.ended = True
-        response = self.response
-        response["status"] = status
-        response["usage"] = usage_of(run)
-        if status == "incomplete":
-            response["incomplete_details"] = {"reason": _STOP_INCOMPLETE[run["stop_reason"]]}
-        if status == "failed":
-            error = data.get("error") or run.get("error") or {}
-            lost = _LOST.get(str(run.get("stop_reason")))
-            message = f"{lost} while the response ran; it did not finish" if lost else None
-            response["error"] = {
-                "code": FAILED,
-                "message": str(error.get("message") or message or "the run failed"),
-            }
         finished = run.get("finished_at")
-        if finished and status != "in_progress":
-            response["completed_at"] = _timestamp(finished)
-        name = {
-            "completed": "response.completed",
-            "incomplete": "response.incomplete",
-        }.get(status, "response.failed")
+        at = _timestamp(finished) if finished else None
+        name = end_response(self.response, run, data.get("error"), at)
         return [*out, self._event(name, response=self._snapshot(final=True))]
 
 
 def _timestamp(iso: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
