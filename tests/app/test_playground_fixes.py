@@ -151,6 +151,48 @@ def test_sessions_are_named_renamed_and_deleted(page: Any, server: str) -> None:
         assert http.get(f"/v1/sessions/{sid}").status_code == 404
 
 
+def test_a_slow_list_load_does_not_bring_a_deleted_session_back(page: Any, server: str) -> None:
+    """The list reloads when a run ends; on a busy server that answer can arrive after the user
+    deleted (or renamed) a session, and it must not put the old list back."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    _connect(page)
+    page.locator("#agent-list button", has_text="coder").click()
+    page.click("#session-new")
+    expect(page.locator("#composer-input")).to_be_focused()
+    page.keyboard.type("keep me briefly")
+    page.keyboard.press("Enter")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    item = page.locator("#session-list li.session").first
+    expect(item.locator(".session-open")).to_contain_text("keep me briefly")
+    sid = page.evaluate("window.playground.state.session")
+    mine = page.locator(f"#session-list .session-open[title='{sid}']")
+
+    held: list[Any] = []  # list loads held back in the browser
+    page.route("**/v1/sessions?*", lambda route: held.append(route))
+    page.evaluate("() => { window.playground.reloadSessions(); }")  # what a run's end does
+    for _ in range(100):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the list load was not sent"
+    stale = held[0]
+    answer = stale.fetch()  # the server answers before the delete…
+    assert sid in answer.text()
+    item.locator(".session-delete").click()
+    item.locator(".session-confirm").click()
+    expect(mine).to_have_count(0)
+    stale.fulfill(response=answer)  # …and the browser gets that stale answer after it
+    for route in held[1:]:
+        route.continue_()
+    page.unroute("**/v1/sessions?*")
+    page.wait_for_timeout(500)
+    expect(mine).to_have_count(0)
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        assert http.get(f"/v1/sessions/{sid}").status_code == 404
+
+
 def test_tools_mcp_servers_and_approval_in_the_form(page: Any, server: str) -> None:
     from playwright.sync_api import expect
 
