@@ -28,6 +28,7 @@ from agents.schema import AgentMessage, AgentStatusCode
 MessageInput = AgentMessage | str | list[AgentMessage | str]
 _END = AgentStatusCode.END
 _STREAM_ING = AgentStatusCode.STREAM_ING
+_CALLING = AgentStatusCode.PLUGIN_START
 
 
 class BaseAgent:
@@ -238,7 +239,8 @@ class BaseAgent:
     async def _generate(
         self, inputs: tuple[AgentMessage, ...], session_id: SessionId, **kwargs: Any
     ) -> AsyncIterator[AgentMessage]:
-        """One model turn: STREAM_ING chunks with the text so far, then the parsed reply."""
+        """One model turn: STREAM_ING chunks with the text so far (PLUGIN_START chunks, the text
+        and then the arguments, while a native call is being written), then the parsed reply."""
         if self.llm is None:
             raise ValueError(f"{self.name} has no llm; pass one or override forward()")
         history = self.memory.get(session_id) if self.memory is not None else None
@@ -249,12 +251,21 @@ class BaseAgent:
             history, self.name, self.output_format, self.system_instruction()
         )
         text = ""
+        arguments = ""  # a native call's arguments as the backend streams them
         tool_calls: list[dict[str, Any]] = []  # native calls a backend reported (extra)
         async for delta in self.llm.astream(formatted, **kwargs):
             tool_calls += delta.extra.get("tool_calls") or []
             if delta.text:
                 text += delta.text
                 yield AgentMessage(sender=self.name, content=text, stream_state=_STREAM_ING)
+            pieces = delta.extra.get("tool_call_deltas")
+            if pieces:  # the call being written (lagent's PLUGIN_START): text, then arguments
+                arguments += "".join(
+                    str((p.get("function") or {}).get("arguments") or "") for p in pieces
+                )
+                if arguments:
+                    content = text + arguments
+                    yield AgentMessage(sender=self.name, content=content, stream_state=_CALLING)
         parsed = None
         try:
             if getattr(self.output_format, "accepts_tool_calls", False):  # NativeToolFormat

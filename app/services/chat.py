@@ -14,7 +14,7 @@ from agents.llms.base import Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
 from app.errors import BadRequest, Unavailable
 from app.ops.budget import STOP_REASON as BUDGET_STOP
-from app.ops.budget import RunBudget, budget_scope
+from app.ops.budget import CallMeter, RunBudget, budget_scope
 from app.runtime.messages import dump_message
 from app.runtime.runner import turn_params
 from app.schemas.agents import AgentSpec
@@ -129,7 +129,10 @@ async def stateless_pieces(
         if tenant_id is not None and figures is None:
             figures = await state.tenant_usage.figures(tenant_id)
         limit, used = figures or (None, 0)
-        with usage_scope() as usage, _budget(usage, limit, used):
+        # A tenant's budget: each model call reserved and settled in the database (exact
+        # over the fleet, app.ops.token_holds), then not charged again below.
+        meter = state.tenant_usage.calls(tenant_id) if tenant_id and limit is not None else None
+        with usage_scope() as usage, _budget(usage, limit, used, meter):
             try:
                 # The agent's stream itself: a stateless turn has no events or messages to
                 # keep, so stream_turn's segmenter (which dumps every message) is not needed.
@@ -151,7 +154,7 @@ async def stateless_pieces(
                     if deltas and (out := texts.piece(chunk.content, stream_state)):
                         yield Piece(out)
             finally:
-                if tenant_id is not None:  # the tenant's budget counts stateless runs too
+                if tenant_id is not None and meter is None:  # stateless runs count too
                     await state.tenant_usage.charge(
                         tenant_id, usage.total_tokens, limited=limit is not None
                     )
@@ -163,11 +166,14 @@ async def stateless_pieces(
     )
 
 
-def _budget(usage: Usage, limit: int | None, used: int) -> AbstractContextManager[Any]:
+def _budget(
+    usage: Usage, limit: int | None, used: int, meter: CallMeter | None
+) -> AbstractContextManager[Any]:
     """The tenant's budget over this call's usage; without a budget nothing to check."""
     if limit is None:
         return nullcontext()
-    return budget_scope(RunBudget.build(usage, tenant_limit=limit, tenant_used=used))
+    budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used, meter=meter)
+    return budget_scope(budget)
 
 
 def finish_reason(reason: str | None) -> str:
