@@ -10,11 +10,11 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from agents.agent import BaseAgent
-from agents.llms.base import Usage, usage_scope
+from agents.llms.base import CallMeter, Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
 from app.errors import BadRequest, Unavailable
 from app.ops.budget import STOP_REASON as BUDGET_STOP
-from app.ops.budget import CallMeter, RunBudget, budget_scope
+from app.ops.budget import RunBudget, budget_scope
 from app.runtime.messages import dump_message
 from app.runtime.runner import turn_params
 from app.schemas.agents import AgentSpec
