@@ -22,8 +22,10 @@ session on both sides ran exactly those cells and printed exactly the expected o
 
 Figures per side and concurrency (8, 32): session completion time (p50 and the round's wall
 time), the TTFT of the model calls that follow a tool result (A: the server's ``first_at -
-started_at`` of that reply, i.e. tool result stored → first token; B: the tool function's
-return → the call's first streamed chunk, as the SDK sees it), and the prefix-cache hit rate
+started_at`` of that reply, i.e. tool result stored → the first argument token, which the
+session stream carries as a ``message.delta`` in state PLUGIN_START; B: the tool function's
+return → the call's first streamed chunk, as the SDK sees it), the engine's own TTFT over
+every call (vLLM's histogram), and the prefix-cache hit rate
 (vLLM's ``vllm:prefix_cache_{hits,queries}_total``: the gateway's ``/metrics`` for the
 in-process engine, vLLM's server's for B). Rounds alternate A and B.
 
@@ -369,6 +371,9 @@ def measure(
                 r["post_tool_call_vs_B"] = _ratio(
                     r["post_tool_call_p50_ms"], b["post_tool_call_p50_ms"]
                 )
+                r["post_tool_ttft_vs_B"] = _ratio(
+                    r["post_tool_ttft_p50_ms"], b["post_tool_ttft_p50_ms"]
+                )
     return rows
 
 
@@ -393,6 +398,10 @@ def goals(rows: list[dict[str, Any]]) -> list[Goal]:
         out.append(Goal(f"TTFT (engine's, every call) vs client-side loop ({tag})",
                         f"≤ {GOAL_TTFT_RATIO}×", f"{t}×",
                         None if t is None else t <= GOAL_TTFT_RATIO))  # fmt: skip
+        p = r.get("post_tool_ttft_vs_B")
+        out.append(Goal(f"post-tool TTFT p50 (tool result → first token) vs client-side loop "
+                        f"({tag})", f"≤ {GOAL_TTFT_RATIO}×", f"{p}×",
+                        None if p is None else p <= GOAL_TTFT_RATIO))  # fmt: skip
     return out
 
 
@@ -431,14 +440,17 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
     result.goals = goals(result.rows)
     result.notes.append(
         f"KV cache {kv_mib} MiB on both sides; cells and outputs checked equal on both sides; "
-        "A's post-tool TTFT is the server's (tool result → first token), B's the SDK's "
-        "(tool return → first chunk)"
+        "A's post-tool TTFT is the server's (tool result stored → the next call's first "
+        "argument token, streamed as message.delta), B's the SDK's (tool return → the next "
+        "call's first streamed chunk); A's engine schedules a call after a tool result ahead "
+        "of new arrivals (scheduling_policy priority, the product's default)"
     )
     new_rows = {x["sessions"]: x for x in result.rows if x["side"] == "A"}
     for r in result.rows:
         if r["side"] == "A" + OLD:
             new = new_rows[r["sessions"]]
-            for fig in ("session_p50_ms", "post_tool_call_p50_ms", "session_vs_B", "ttft_vs_B"):
+            for fig in ("session_p50_ms", "post_tool_call_p50_ms", "session_vs_B", "ttft_vs_B",
+                        "prefix_hit_rate"):  # fmt: skip
                 what = f"{r['sessions']} sessions"
                 result.sidebyside.append(compare_row(what, fig, new[fig], r[fig]))
     return result

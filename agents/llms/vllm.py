@@ -4,7 +4,11 @@ Every model built with the same path and engine arguments shares one engine (con
 batching and prefix caching across sessions). The engine starts explicitly with
 ``await model.start()`` (or on first use); each generation gets its own request id and is
 aborted as soon as its consumer stops reading or is cancelled. The final delta carries the
-exact prompt and completion token counts.
+exact prompt and completion token counts. A forced tool call's arguments stream as they are
+written, as OpenAI stream ``tool_calls`` entries in ``LLMDelta.extra["tool_call_deltas"]``
+(progress; the whole calls come in the last text delta's ``extra["tool_calls"]``). With the
+engine's priority scheduling (the default), a call whose messages end with a tool's result
+runs ahead of new arrivals (``agents.llms.vllm_engine.call_priority``).
 """
 
 from __future__ import annotations
@@ -98,7 +102,8 @@ class _VllmCore(AsyncBaseLLM):
         counts: dict[int, int] = {}
         finish: dict[int, str | None] = {}
         prompt_tokens = 0
-        gen = self.engine.generate(prompt, sampling)
+        # A call after a tool's result goes ahead of new arrivals (with priority scheduling).
+        gen = self.engine.generate(prompt, sampling, self.engine.priority(messages))
         try:
             async for out in gen:
                 prompt_tokens = len(out.prompt_token_ids or [])
@@ -106,10 +111,14 @@ class _VllmCore(AsyncBaseLLM):
                     counts[choice.index] = counts.get(choice.index, 0) + len(choice.token_ids)
                     if choice.finish_reason is not None:
                         finish[choice.index] = choice.finish_reason
-                    if choice.index == 0:
-                        text = _content(tools.feed(choice.text)) if tools else choice.text
-                        if text:
-                            yield LLMDelta(text=text)
+                    if choice.index == 0 and tools is not None:
+                        deltas = tools.feed(choice.text)
+                        text, calls = _content(deltas), _call_deltas(deltas)
+                        if text or calls:  # a forced call's arguments stream as they come
+                            yield LLMDelta(text=text, extra={"tool_call_deltas": calls} if calls else {})
+                    elif choice.index == 0:
+                        if choice.text:
+                            yield LLMDelta(text=choice.text)
                     elif choice.text:  # n > 1: further choices travel in ``extra``
                         yield LLMDelta(extra={"index": choice.index, "text": choice.text})
         finally:
@@ -156,6 +165,12 @@ def _answer_format(fmt: Any) -> Any:
 
 def _content(deltas: list[dict[str, Any]]) -> str:
     return "".join(str(d.get("content") or "") for d in deltas)
+
+
+def _call_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The OpenAI stream ``tool_calls`` entries among ``deltas`` (progress only: the whole
+    calls come in the final delta's ``extra["tool_calls"]``)."""
+    return [entry for d in deltas for entry in d.get("tool_calls") or ()]
 
 
 class AsyncVllmModel(_VllmCore):

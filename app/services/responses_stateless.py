@@ -90,11 +90,12 @@ async def generate(
     the model call; the tenant is charged either way."""
     limit, used = budget
     params = {**sampling(req), **model_params(req)}
+    # A tenant's budget: each call reserved and settled in the database (app.ops.token_holds).
+    meter = state.tenant_usage.calls(tenant_id) if limit is not None else None
     with usage_scope() as usage, ExitStack() as scopes:
         if limit is not None:
-            scopes.enter_context(
-                budget_scope(RunBudget.build(usage, tenant_limit=limit, tenant_used=used))
-            )
+            run_budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used, meter=meter)
+            scopes.enter_context(budget_scope(run_budget))
         scopes.enter_context(instructions_scope(req.instructions))
         try:
             async for delta in handle.llm.astream(inp.messages, **params):
@@ -109,9 +110,10 @@ async def generate(
         finally:
             answer.prompt_tokens = usage.prompt_tokens
             answer.completion_tokens = usage.completion_tokens
-            await state.tenant_usage.charge(
-                tenant_id, usage.total_tokens, limited=limit is not None
-            )
+            if meter is None:  # (a metered call was charged when it ended)
+                await state.tenant_usage.charge(
+                    tenant_id, usage.total_tokens, limited=limit is not None
+                )
 
 
 def _calls(answer: Answer, req: ResponseCreate) -> list[dict[str, Any]]:
