@@ -30,9 +30,10 @@ from agents.llms.vllm_engine import (
 )
 from agents.llms.vllm_tools import ToolStream, forced_call_schema, tool_mode, vllm_tool_request
 
-# A forced call's argument deltas reach the agent at most this often after the first (the
-# session stream merges deltas as often: AGENTSTATION_EVENT_FLUSH_S, 0.1 s).
-ARGUMENT_DELTAS_EVERY_S = 0.1
+# A forced call's argument deltas reach the agent at most this often after the first: each
+# becomes a chunk through the agent's stack and a stored session event (at 0.1 s, the stream's
+# merge interval, the gateway spent +10 ms of CPU per model call on them: bench/README.md).
+ARGUMENT_DELTAS_EVERY_S = 0.5
 
 __all__ = [
     "CPU_DEFAULTS",
@@ -177,9 +178,9 @@ def _content(deltas: list[dict[str, Any]]) -> str:
 
 class _ArgumentDeltas:
     """A forced call's argument deltas, passed on as progress: the first at once (the step
-    has started), then at most every ``ARGUMENT_DELTAS_EVERY_S`` (a delta per token cost the
-    agent's stack a chunk per token: 32 sessions' runs took 1.3× as long on 2 busy cores),
-    and the rest with the calls."""
+    has started), then at most every ``ARGUMENT_DELTAS_EVERY_S`` (a delta per token cost a
+    chunk per token through the agent's stack: 32 sessions' runs took 1.3× as long on 2 busy
+    cores), and the rest with the calls."""
 
     def __init__(self) -> None:
         self.pending: list[dict[str, Any]] = []
