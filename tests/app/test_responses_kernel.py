@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 from fastapi import FastAPI
 

@@ -1,8 +1,11 @@
 """SIGKILL the service while a background response streams, restart it on the same database
 (SQLite and PostgreSQL): the response is ``failed`` with a reason (not stuck ``in_progress``),
 and a stream resumed with ``starting_after`` (the last number the client saw) ends with its
-terminal event, numbered above everything sent before the crash. Every body and event validates against the ``openai``
-package's models."""
+terminal event, numbered above everything sent before the crash. Every body and event
+validates against the ``openai`` package's models.
+
+The services run ``agentstation serve`` from the environment: run with ``PYTHONPATH=$PWD`` to
+test a worktree's code rather than the installed checkout's."""
 
 from __future__ import annotations
 
