@@ -273,10 +273,13 @@ def gateway_server(
         "AGENTSTATION_LOG_LEVEL": "warning",
         **env,
     }
-    # This tree's (or the baseline's) ``app`` first: the venv's editable install may be of
-    # another checkout (helpers' worktrees share /work/main's venv), and the ``agentstation``
-    # script does not put its working directory on the path.
-    full_env["PYTHONPATH"] = str(root)
+    if tree is not None:
+        full_env["PYTHONPATH"] = str(root)
+    elif "PYTHONPATH" not in env:
+        # This tree first: the venv's editable install names one checkout (the one that ran
+        # ``pip install -e``), which a worktree sharing the venv is not.
+        inherited = os.environ.get("PYTHONPATH")
+        full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([inherited] if inherited else [])])
     cmd = [str(VENV_BIN / "agentstation"), "serve"]
     return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz", cwd=root)
 
@@ -386,8 +389,8 @@ def reset_postgres_db(name: str = PG_BENCH_DB, tree: Path | None = None) -> str:
     except (OSError, asyncpg.PostgresError) as exc:
         raise Skip(f"PostgreSQL at 127.0.0.1:5432 unavailable: {exc}") from exc
     env = {**os.environ, "AGENTSTATION_DATABASE_URL": url}
-    # This tree's migrations, or another checkout's (a side-by-side baseline migrates its own).
-    env["PYTHONPATH"] = str(tree or ROOT)
+    if tree is not None:  # another checkout's migrations (a side-by-side baseline migrates its own)
+        env["PYTHONPATH"] = str(tree)
     cli = str(VENV_BIN / "agentstation")
     done = subprocess.run(
         [cli, "migrate"], env=env, cwd=tree or ROOT, capture_output=True, timeout=120

@@ -109,7 +109,10 @@ const sessionHandlers = {
 
 async function loadSessions() {
   if (!ui.agent) { ui.sessions = []; renderSessions(sessionHandlers); return; }
+  const epoch = ++ui.sessionsEpoch;
   const page = await api("GET", "/v1/sessions?limit=50&agent=" + encodeURIComponent(ui.agent));
+  // A later load, a rename or a delete came after this request left: its answer is stale.
+  if (epoch !== ui.sessionsEpoch) return;
   ui.sessions = page.data;
   renderSessions(sessionHandlers);
   const saved = store.get("session");
@@ -536,6 +539,6 @@ function wire() {
   syncKind();
 }
 
-window.playground = { dropStream, state: ui };
+window.playground = { dropStream, reloadSessions: loadSessions, state: ui };
 wire();
 connect();

@@ -13,6 +13,7 @@ export const ui = {
   session: null,       // the selected session's id
   editing: null,       // the agent being edited (null: a new one)
   run: null,           // the followed run: {id, lastEventId, status, bubbles, reader, detached}
+  sessionsEpoch: 0,    // bumped by every list load and local change: a slower, older load is dropped
 };
 
 // What a complete message is: the user's, a tool call, a tool result, or the agent's text.

@@ -17,6 +17,7 @@ const path = (id) => "/v1/sessions/" + encodeURIComponent(id);
 
 // PATCH the session's title (merged into its metadata); the list shows it at once.
 export async function setTitle(id, title) {
+  ui.sessionsEpoch++; // a list load already on its way would bring the old title back
   const saved = await api("PATCH", path(id), { metadata: { title } });
   const i = ui.sessions.findIndex((s) => s.id === id);
   if (i >= 0) ui.sessions[i] = saved;
@@ -92,6 +93,7 @@ function confirmDelete(li, s, on) {
   ask.textContent = "Delete “" + titleOf(s) + "”, its memory and runs?";
   const yes = button("Delete", "session-confirm danger", null, async () => {
     try {
+      ui.sessionsEpoch++; // a list load already on its way would bring the session back
       await api("DELETE", path(s.id));
       ui.sessions = ui.sessions.filter((x) => x.id !== s.id);
       on.deleted(s.id);

@@ -25,6 +25,21 @@ def _connect(page: Any) -> None:
     expect(page.locator("#conn")).to_contain_text("connected")
 
 
+def _first_turn(page: Any, message: str) -> str:
+    """Connect, open a new session of `coder`, send ``message``, wait for the run; its id."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    _connect(page)
+    page.locator("#agent-list button", has_text="coder").click()
+    page.click("#session-new")
+    expect(page.locator("#composer-input")).to_be_focused()
+    page.keyboard.type(message)
+    page.keyboard.press("Enter")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    return str(page.evaluate("window.playground.state.session"))
+
+
 def test_the_defects_are_fixed(server: str) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -104,18 +119,10 @@ def test_the_icon(server: str) -> None:
 def test_sessions_are_named_renamed_and_deleted(page: Any, server: str) -> None:
     from playwright.sync_api import expect
 
-    expect.set_options(timeout=20_000)
-    _connect(page)
-    page.locator("#agent-list button", has_text="coder").click()
-    page.click("#session-new")
-    expect(page.locator("#composer-input")).to_be_focused()
-    page.keyboard.type("Primes below fifty, please\nand their product")
-    page.keyboard.press("Enter")
-    expect(page.locator("#run-status")).to_have_text("completed")
+    sid = _first_turn(page, "Primes below fifty, please\nand their product")
     # Named by its first message's first line; the id on hover; kept on the server.
     item = page.locator("#session-list li.session").first
     expect(item.locator(".session-open")).to_contain_text("Primes below fifty, please")
-    sid = page.evaluate("window.playground.state.session")
     assert item.locator(".session-open").get_attribute("title") == sid
     expect(page.locator("#chat-title")).to_contain_text("coder / Primes below fifty, please")
     with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
@@ -148,6 +155,40 @@ def test_sessions_are_named_renamed_and_deleted(page: Any, server: str) -> None:
         expect(page.locator("#session-list li.session")).to_have_count(0)
         expect(page.locator("#transcript .msg-item")).to_have_count(0)
         expect(page.locator("#composer-input")).to_be_disabled()
+        assert http.get(f"/v1/sessions/{sid}").status_code == 404
+
+
+def test_a_slow_list_load_does_not_bring_a_deleted_session_back(page: Any, server: str) -> None:
+    """The list reloads when a run ends; on a busy server that answer can arrive after the user
+    deleted (or renamed) a session, and it must not put the old list back."""
+    from playwright.sync_api import expect
+
+    sid = _first_turn(page, "keep me briefly")
+    item = page.locator("#session-list li.session").first
+    expect(item.locator(".session-open")).to_contain_text("keep me briefly")
+    mine = page.locator(f"#session-list .session-open[title='{sid}']")
+
+    held: list[Any] = []  # list loads held back in the browser
+    page.route("**/v1/sessions?*", lambda route: held.append(route))
+    page.evaluate("() => { window.playground.reloadSessions(); }")  # what a run's end does
+    for _ in range(100):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the list load was not sent"
+    stale = held[0]
+    answer = stale.fetch()  # the server answers before the delete…
+    assert sid in answer.text()
+    item.locator(".session-delete").click()
+    item.locator(".session-confirm").click()
+    expect(mine).to_have_count(0)
+    stale.fulfill(response=answer)  # …and the browser gets that stale answer after it
+    for route in held[1:]:
+        route.continue_()
+    page.unroute("**/v1/sessions?*")
+    page.wait_for_timeout(500)
+    expect(mine).to_have_count(0)
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
         assert http.get(f"/v1/sessions/{sid}").status_code == 404
 
 
