@@ -273,7 +273,9 @@ def gateway_server(
         "AGENTSTATION_LOG_LEVEL": "warning",
         **env,
     }
-    if tree is not None:  # else inherited: PYTHONPATH, or the venv's install of this tree
+    if tree is not None or "PYTHONPATH" not in env:
+        # This checkout's code, not what the shared venv's editable install points at (a git
+        # worktree of the repository serves its own tree).
         full_env["PYTHONPATH"] = str(root)
     cmd = [str(VENV_BIN / "agentstation"), "serve"]
     return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz", cwd=root)
