@@ -24,7 +24,16 @@ logger = logging.getLogger(__name__)
 
 # Defaults for every engine; CPU_DEFAULTS only without a GPU (NOTES-vllm-cpu.md): the default
 # 0.92 "GPU memory" fraction fails on CPU RAM and torch.compile costs 10-25 s at start.
-ENGINE_DEFAULTS: dict[str, Any] = {"enable_prefix_caching": True, "disable_log_stats": True}
+# ``scheduling_policy`` "priority": a run's model call after a tool result goes ahead of new
+# arrivals (``call_priority``); requests of one priority are served first come, first served.
+# ``structured_outputs_config``: forced tool calls and JSON answers are compact (xgrammar reads
+# "no free whitespace" from the engine's config only, never from a request).
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "enable_prefix_caching": True,
+    "disable_log_stats": True,
+    "scheduling_policy": "priority",
+    "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
+}
 CPU_DEFAULTS: dict[str, Any] = {"enforce_eager": True, "kv_cache_memory_bytes": 64 * 2**20}
 # gen_params (lagent names) -> SamplingParams fields
 _PARAM_NAMES = {
@@ -34,6 +43,20 @@ _PARAM_NAMES = {
     "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
     "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
 }  # fmt: skip
+# A tool's result in a model call's messages: native ``tool``, lagent's ``environment``.
+TOOL_RESULT_ROLES = frozenset({"tool", "function", "environment", "ipython"})
+# vLLM runs lower values first; a request's default (and every new arrival's) is 0.
+CONTINUING_PRIORITY = -1
+
+
+def call_priority(messages: Any) -> int:
+    """A model call's engine priority: ``CONTINUING_PRIORITY`` when its messages end with a
+    tool's result (a run going on after its tool call, whose prefix is likely still cached),
+    0 for a new arrival (a session's first call, a plain chat request)."""
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if isinstance(last, Mapping) and last.get("role") in TOOL_RESULT_ROLES:
+        return CONTINUING_PRIORITY
+    return 0
 
 
 class VllmEngineError(RuntimeError):
@@ -69,6 +92,7 @@ class VllmEngine:
         self.users = 0  # models that called start() and not yet close()
         self._lock = asyncio.Lock()
         self._restart: asyncio.Task[None] | None = None
+        self._by_priority = self.by_priority
 
     @staticmethod
     def key(path: str, engine_args: Mapping[str, Any] | None) -> str:
@@ -76,12 +100,31 @@ class VllmEngine:
         return json.dumps({"path": path, "engine": dict(engine_args or {})}, sort_keys=True)
 
     def resolved_args(self) -> dict[str, Any]:
-        """Engine arguments with the defaults for this machine filled in."""
+        """Engine arguments with the defaults for this machine filled in (a configured
+        ``structured_outputs_config`` dict is merged over the default one)."""
         args = dict(ENGINE_DEFAULTS)
         if not _has_gpu():
             args.update(CPU_DEFAULTS)
         args.update(self.engine_args)
+        configured = self.engine_args.get("structured_outputs_config")
+        if isinstance(configured, Mapping):
+            merged = {**ENGINE_DEFAULTS["structured_outputs_config"], **configured}
+            if merged.get("backend") not in _COMPACT_BACKENDS and (
+                "disable_any_whitespace" not in configured
+            ):
+                merged.pop("disable_any_whitespace")  # vLLM: only xgrammar and guidance have it
+            args["structured_outputs_config"] = merged
         return args
+
+    @property
+    def by_priority(self) -> bool:
+        """Whether the engine schedules by priority (``scheduling_policy: priority``)."""
+        policy = self.engine_args.get("scheduling_policy", ENGINE_DEFAULTS["scheduling_policy"])
+        return bool(policy == "priority")
+
+    def priority(self, messages: Any) -> int:
+        """The engine priority of a model call on ``messages`` (0 unless ``by_priority``)."""
+        return call_priority(messages) if self._by_priority else 0
 
     async def start(self) -> None:
         """Load the model (in a worker thread, so the event loop keeps serving)."""
@@ -167,8 +210,11 @@ class VllmEngine:
         _, (prompt,) = await llm.renderer.render_chat_async([messages], params)
         return prompt
 
-    async def generate(self, prompt: Any, sampling: Any) -> AsyncGenerator[Any, None]:
-        """``RequestOutput`` deltas under a fresh request id; aborted if the consumer stops."""
+    async def generate(
+        self, prompt: Any, sampling: Any, priority: int = 0
+    ) -> AsyncGenerator[Any, None]:
+        """``RequestOutput`` deltas under a fresh request id; aborted if the consumer stops.
+        ``priority``: lower runs first (non-zero only when ``by_priority``)."""
         llm = self._live()
         handler = llm.output_handler
         if handler is not None and handler.get_loop() is not asyncio.get_running_loop():
@@ -176,7 +222,7 @@ class VllmEngine:
                 "this vLLM engine serves another event loop (one loop per engine)"
             )
         request_id = f"agents-{uuid.uuid4().hex}"
-        gen = llm.generate(prompt, sampling, request_id)
+        gen = llm.generate(prompt, sampling, request_id, priority=priority)
         finished = False
         try:
             async for out in gen:
@@ -240,6 +286,7 @@ def _build_engine(path: str, args: dict[str, Any]) -> Any:
     return AsyncLLM.from_engine_args(AsyncEngineArgs(model=path, **args))
 
 
+_COMPACT_BACKENDS = ("xgrammar", "guidance")
 _ENGINES: dict[str, VllmEngine] = {}
 
 

@@ -151,7 +151,9 @@ class VllmChatBackend:
         want_logprobs = bool(request.get("logprobs"))
         top_n = int(request.get("top_logprobs") or 0)
         prompt_tokens = 0
-        gen = self.engine.generate(plan.prompt, plan.sampling)
+        # A client-side loop's call after a tool result goes ahead of new arrivals, too.
+        priority = self.engine.priority(request.get("messages"))
+        gen = self.engine.generate(plan.prompt, plan.sampling, priority)
         try:
             async for out in gen:
                 prompt_tokens = len(out.prompt_token_ids or [])

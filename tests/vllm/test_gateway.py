@@ -126,3 +126,47 @@ async def test_an_agent_session_on_the_engine_stores_its_turn(base_url: str) -> 
     assert run["usage"]["completion_tokens"] == 12 and run["usage"]["prompt_tokens"] > 0
     stored = memory["memory"]
     assert [m["content"] for m in stored] == ["Hello", reply["content"]]
+
+
+async def test_a_session_stream_shows_a_native_call_as_the_model_writes_it(base_url: str) -> None:
+    # A forced native call: its arguments reach the session stream as message.delta events
+    # (stream_state 3, PLUGIN_START: a tool call being written) before the call's message,
+    # so a client sees the step start; text deltas (state 1) carry none of it.
+    headers = {"Authorization": f"Bearer {KEY}"}
+    force = {"type": "function", "function": {"name": "Calculator"}}
+    spec = {
+        "kind": "tool_agent",
+        "model": "demo",
+        "tools": [{"name": "Calculator"}],
+        "max_turn": 2,
+        "output_format": {"type": "native", "tool_choice": force},
+        "gen_params": {"temperature": 0, "max_new_tokens": 48},
+    }
+    events: list[tuple[str, dict[str, Any]]] = []
+    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=120) as http:
+        created = await http.post("/v1/agents", json={"name": "calc", "spec": spec})
+        assert created.status_code == 201, created.text
+        sid = (await http.post("/v1/sessions", json={"agent": "calc"})).json()["id"]
+        body = {"message": "What is 6 * 7?", "stream": True}
+        async with http.stream("POST", f"/v1/sessions/{sid}/messages", json=body) as resp:
+            assert resp.status_code == 200
+            name = ""
+            async for line in resp.aiter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    events.append((name, json.loads(line[6:])))
+    assert events[-1][0] == "run.completed", events[-1]
+    at = next(i for i, (n, d) in enumerate(events) if n == "message" and d["index"] == 0)
+    call = events[at][1]
+    action = call["message"]["formatted"]["action"]
+    assert action["name"] == "Calculator"
+    before = [d for n, d in events[:at] if n == "message.delta" and d["index"] == 0]
+    written = "".join(d["delta"] for d in before if d["stream_state"] == 3)
+    assert not any(d["delta"] for d in before if d["stream_state"] == 1)
+    # What streamed is the call's arguments, as the model wrote them.
+    if "parameters" in action:
+        assert json.loads(written) == action["parameters"]
+    else:  # cut off by max_new_tokens: kept as the text written
+        assert written == action["arguments"]
+    assert call["first_at"] < call["at"]  # the first argument token came before the end
