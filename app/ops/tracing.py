@@ -86,10 +86,12 @@ def _exporters(env: Mapping[str, str]) -> list[Any]:
                 )
 
                 exporters.append(GrpcExporter())
-            else:  # the SDK's OTLP/HTTP exporter with a faster encoder (same bytes)
-                from app.ops.otlp_encode import FastOTLPSpanExporter
+            else:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter as HttpExporter,
+                )
 
-                exporters.append(FastOTLPSpanExporter())
+                exporters.append(HttpExporter())
         elif name != "none":
             raise ValueError(f"OTEL_TRACES_EXPORTER: unknown exporter {name!r} (otlp|console)")
     return exporters

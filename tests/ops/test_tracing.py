@@ -251,9 +251,8 @@ async def test_the_upstream_model_server_gets_the_trace_context(
 
 def test_the_exporter_follows_the_otel_variables() -> None:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-    from app.ops.otlp_encode import FastOTLPSpanExporter as Http
 
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
     # Set but empty (a blanked variable) is the default: OTLP over HTTP.
