@@ -130,7 +130,7 @@ def run_event_response(
         retry: int | None = settings.sse_retry_ms
         try:
             async for event in runs.follow(run_id, after):
-                yield frame(dumps(event.data), event=event.type, id=event.seq, retry=retry)
+                yield frame(event.encoded(), event=event.type, id=event.seq, retry=retry)
                 retry = None
             finished = True
         except Exception as exc:  # headers are sent: report in-stream, then end

@@ -162,7 +162,7 @@ async def store_end(
         finished_at,
         json.dumps(messages),
         bool(messages or rewrite),
-        json.dumps(events),
+        events_json(events),
         charge,
         run.tenant_id,
         run.status,
@@ -185,6 +185,17 @@ async def store_end(
             return await _end(pg, sql, args)
     except raw.DRIVER_ERRORS as exc:  # BEGIN or COMMIT
         raise raw.DriverError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def events_json(events: list[dict[str, Any]]) -> str:
+    """The run's last events as one JSON array, each event's ``data`` as already encoded
+    (``raw``, shared with its SSE frame) when it is."""
+    parts = []
+    for e in events:
+        raw = e.get("raw")
+        data = raw.decode() if raw is not None else json.dumps(e["data"])
+        parts.append(f'{{"seq":{int(e["seq"])},"type":{json.dumps(e["type"])},"data":{data}}}')
+    return "[" + ",".join(parts) + "]"
 
 
 async def _end(pg: Any, sql: str, args: tuple[Any, ...]) -> bool:

@@ -105,6 +105,11 @@ def _utc(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
+def _event_json(event: dict[str, Any]) -> str | None:
+    raw = event.get("raw")  # already encoded for its SSE frame (``Event.encoded``)
+    return raw.decode() if raw is not None else _json(event["data"])
+
+
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
@@ -272,5 +277,5 @@ class SqliteRunStore(RunStore):
                 tx.execute(CHARGE, (end.charge, run.tenant_id))
             tx.executemany(
                 INSERT_EVENTS,
-                [(run.id, e["seq"], e["type"], _json(e["data"]), at) for e in end.events],
+                [(run.id, e["seq"], e["type"], _event_json(e), at) for e in end.events],
             )
