@@ -280,48 +280,23 @@ class BaseAgent:
         self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
     ) -> AsyncIterator[AgentMessage]:
         """One turn's chunks; a tracing hook point (``agents/tracing.py``: ``invoke_agent``)."""
-        stream = self._turn(*message, session_id=session_id, **kwargs)
+        stream = self._continue(self._turn(message, session_id, kwargs), session_id)
         tracer = tracing.TRACER
         return stream if tracer is None else tracer.agent(self, session_id, stream)
 
     async def _turn(
-        self, *message: MessageInput, session_id: SessionId = 0, **kwargs: Any
-    ) -> AsyncIterator[AgentMessage]:
+        self, message: tuple[MessageInput, ...], session_id: SessionId, kwargs: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """before_agent hooks, the inputs into memory, then ``forward``'s chunks (its last is
+        the reply, which ``_continue`` stores). One generator for the three: every chunk of a
+        turn passes through each generator layer on its way out."""
         hooked = await apply_hooks(
             self._hooks.values(), "before_agent", self, _to_messages(message), session_id
         )
         inputs = _to_messages((hooked,)) if isinstance(hooked, AgentMessage | str) else hooked
         self.update_memory(inputs, session_id=session_id)
-        async for chunk in self._continue(
-            self._forward_chunks(inputs, session_id, kwargs), session_id
-        ):
-            yield chunk
-
-    async def _continue(
-        self, chunks: AsyncIterator[Any], session_id: SessionId
-    ) -> AsyncIterator[AgentMessage]:
-        """Pass ``chunks`` on; the last is the reply: stored in memory, then after_agent."""
-        held: AgentMessage | None = None  # an END chunk: the reply, unless more chunks follow
-        last: Any = None
-        async for chunk in chunks:
-            if held is not None:
-                yield held
-                held = None
-            if isinstance(chunk, AgentMessage) and chunk.stream_state != _END:
-                yield chunk
-            else:
-                held = chunk if isinstance(chunk, AgentMessage) else None
-            last = chunk
-        reply = self._as_reply(last)
-        self.update_memory(reply, session_id=session_id)
-        reply = copy.deepcopy(reply)
-        yield await apply_hooks(self._hooks.values(), "after_agent", self, reply, session_id)
-
-    async def _forward_chunks(
-        self, inputs: list[AgentMessage], session_id: SessionId, kwargs: dict[str, Any]
-    ) -> AsyncIterator[Any]:
         forward = self.forward
-        if inspect.iscoroutinefunction(forward) or inspect.isasyncgenfunction(forward):
+        if inspect.isasyncgenfunction(forward) or inspect.iscoroutinefunction(forward):
             result = forward(*inputs, session_id=session_id, **kwargs)
         else:
             # A sync forward (lagent style) may block or drive sync sub-agents: run it off-loop.
@@ -340,6 +315,26 @@ class BaseAgent:
                 yield item
         else:
             yield result
+
+    async def _continue(
+        self, chunks: AsyncIterator[Any], session_id: SessionId
+    ) -> AsyncIterator[AgentMessage]:
+        """Pass ``chunks`` on; the last is the reply: stored in memory, then after_agent."""
+        held: AgentMessage | None = None  # an END chunk: the reply, unless more chunks follow
+        last: Any = None
+        async for chunk in chunks:
+            if held is not None:
+                yield held
+                held = None
+            if isinstance(chunk, AgentMessage) and chunk.stream_state != _END:
+                yield chunk
+            else:
+                held = chunk if isinstance(chunk, AgentMessage) else None
+            last = chunk
+        reply = self._as_reply(last)
+        self.update_memory(reply, session_id=session_id)
+        reply = _detached(reply)
+        yield await apply_hooks(self._hooks.values(), "after_agent", self, reply, session_id)
 
     def _as_reply(self, result: Any) -> AgentMessage:
         if isinstance(result, AgentMessage):
@@ -408,6 +403,19 @@ def _to_messages(message: tuple[MessageInput, ...]) -> list[AgentMessage]:
                 AgentMessage(sender="user", content=m) if isinstance(m, str) else copy.deepcopy(m)
             )
     return out
+
+
+# Field values a shallow copy may share with the original: nothing in them can be changed.
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def _detached(message: AgentMessage) -> AgentMessage:
+    """A copy of ``message`` that changes to it cannot reach (the caller's reply, apart from
+    the one in memory): a shallow copy when every field is immutable (a plain text reply, its
+    enums included), else a deep one."""
+    if all(isinstance(value, _IMMUTABLE) for value in message.__dict__.values()):
+        return message.model_copy()
+    return copy.deepcopy(message)
 
 
 def _kind_of(value: Any) -> str | None:

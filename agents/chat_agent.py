@@ -103,13 +103,18 @@ def reply_message(
 ) -> AgentMessage:
     """A model's reply as a memory entry: its assistant chat message (``tool_calls`` when the
     model called functions: backend entries merged, the first only unless ``parallel``)."""
-    tool_calls = [_call_entry(c) for c in merge_tool_calls(calls)]
-    if not parallel:
-        tool_calls = tool_calls[:1]
+    tool_calls = tool_call_entries(calls, parallel)
     assistant: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         assistant = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
     return chat_message(sender, text, [assistant], tool_calls=tool_calls)
+
+
+def tool_call_entries(calls: list[dict[str, Any]], parallel: bool = True) -> list[dict[str, Any]]:
+    """A reply's OpenAI ``tool_calls`` entries from the backend's call entries (merged; the
+    first only unless ``parallel``)."""
+    entries = [_call_entry(c) for c in merge_tool_calls(calls)] if calls else []
+    return entries if parallel else entries[:1]
 
 
 def _call_entry(call: dict[str, Any]) -> dict[str, Any]:
@@ -124,4 +129,11 @@ def _call_entry(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["CHAT_KEY", "ChatAgent", "ChatAggregator", "chat_message", "reply_message"]
+__all__ = [
+    "CHAT_KEY",
+    "ChatAgent",
+    "ChatAggregator",
+    "chat_message",
+    "reply_message",
+    "tool_call_entries",
+]

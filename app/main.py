@@ -32,13 +32,13 @@ from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
 from app.openapi import install as install_openapi
 from app.ops.tenant_usage import TenantUsage
+from app.ops.token_holds import TokenMeter
 from app.outbound import OutboundPolicy
 from app.runtime.builders import default_registry
 from app.runtime.kernels import FleetKernelPool
 from app.runtime.liveness import Liveness, new_replica_id
 from app.runtime.registry import Registry
 from app.runtime.runs import RunManager
-from app.runtime.store.fleet import create_fleet_store
 from app.services.agent_directory import AgentDirectory
 from app.services.auth import ANONYMOUS_TENANT, Authenticator, ensure_tenant
 from app.services.messenger import SendMessage
@@ -130,24 +130,30 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     # Needs the run manager: agents of one session message another session's agent.
     state.registry.add_tool("SendMessage", partial(SendMessage, state))
-    state.runs.admissions.draining = state.drain.active
-    fleet = create_fleet_store(engine, sessionmaker, state.runs.writes)
+    fleet = state.runs.fleet_store()
     if isinstance(state.kernel_pool, FleetKernelPool):
         state.kernel_pool.fleet = fleet
+    # Tenants' token budgets, counted call by call in the database (exact over the fleet).
+    meter = TokenMeter(sessionmaker, replica, state.runs.write_gate)
+    state.tenant_usage.meter = meter
+    state.runs.use_token_meter(meter.for_tenant)
     recovered = await state.runs.start()
     if recovered:
         log.warning("marked %d runs left by a stopped process as interrupted", recovered)
     liveness = Liveness(
         fleet,
-        state.runs.orphans,
+        state.runs.close_orphan,
         replica,
         state.drain.active,
         settings.heartbeat_s,
         settings.replica_ttl_s,
+        release_holds=meter.release_replica,
     )
     state.liveness = liveness
-    state.runs.admissions.recovering = liveness.recovering  # 503 instead of 409 meanwhile
+    # Admission: 503 while draining, 503 (not 409) while a dead replica's run is closed.
+    state.runs.admit_with(draining=state.drain.active, recovering=liveness.recovering)
     await liveness.start()  # its heartbeat; the runs of dead replicas are closed
+    await meter.release_unowned()  # token holds of replicas gone before they were given back
     from app.services.approvals import ApprovalTimeouts
 
     timeouts = ApprovalTimeouts(state, settings.approval_check_s)  # runs waiting for a person

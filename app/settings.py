@@ -110,12 +110,12 @@ class Settings(OpsSettings):
     approval_check_s: float = Field(default=1.0, gt=0, le=3600)
     # Replica liveness (app/runtime/liveness.py): a heartbeat in the database this often; a
     # replica with no connection left is dead at once, one whose heartbeat is older than
-    # replica_ttl_s (hung, yet connected) is fenced; a live replica interrupts their runs.
-    # Not much lower: a replica starved of CPU for that long would be fenced while alive.
-    heartbeat_s: float = Field(default=2.0, gt=0)
+    # replica_ttl_s (hung or stopped, yet connected) is fenced; a live replica interrupts their
+    # runs. The beat comes from a thread of its own, as of the event loop's last tick (0.5 s).
+    heartbeat_s: float = Field(default=1.0, gt=0)
     # Part of this replica's id (logs, the replicas table): e.g. the pod's name; default: host.
     replica_name: str = Field(default="", max_length=32)
-    replica_ttl_s: float = Field(default=60.0, gt=0)
+    replica_ttl_s: float = Field(default=10.0, gt=0)
     # Outbound URLs agent specs may name beyond public hosts (app.outbound): host names,
     # host:port pairs, CIDR ranges.
     outbound_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)

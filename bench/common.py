@@ -273,8 +273,13 @@ def gateway_server(
         "AGENTSTATION_LOG_LEVEL": "warning",
         **env,
     }
-    if tree is not None:  # else inherited: PYTHONPATH, or the venv's install of this tree
+    if tree is not None:
         full_env["PYTHONPATH"] = str(root)
+    elif "PYTHONPATH" not in env:
+        # This tree first: the venv's editable install names one checkout (the one that ran
+        # ``pip install -e``), which a worktree sharing the venv is not.
+        inherited = os.environ.get("PYTHONPATH")
+        full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([inherited] if inherited else [])])
     cmd = [str(VENV_BIN / "agentstation"), "serve"]
     return ServerProcess(name, cmd, port, env=full_env, ready_path="/readyz", cwd=root)
 

@@ -43,7 +43,11 @@ AGENT_SPEC = {"kind": "agent", "model": "scripted"}
 SESSIONS = 128
 # Sandbox off: no tool runs here, and its self-test would only slow the start.
 GATEWAY_ENV = {"AGENTSTATION_SANDBOX_ENABLED": "false"}
-MIN_RATIO, MAX_ADDED_P50_MS = 0.60, 0.5
+# Issue 29: throughput at N connections vs the bare FastAPI echo (which validates the same
+# request with the same model), per target; the session paths' goals are per-turn CPU and
+# persistence (bench/turn_cpu.py, bench/persistence.py), so they get rows here, not goals.
+MIN_RATIO = {"chat": 0.90, "agent": 0.85}
+MAX_ADDED_P50_MS = 0.5
 # The figures a side-by-side run compares, new against old.
 COMPARED = ["vs_echo", "cpu_vs_echo", "added_p50_ms", "rps", "cpu_us_per_req", "p50_ms_c1"]
 
@@ -103,16 +107,17 @@ def _row(
 def _goals(rows: list[dict[str, Any]]) -> list[Goal]:
     goals = []
     for row in rows[1:]:
-        if row["target"].endswith(OLD):
+        least = MIN_RATIO.get(row["target"])
+        if least is None:  # a baseline tree's twin, or a session path
             continue
         ratio, added = row["vs_echo"], row.get("added_p50_ms", float("inf"))
         goals.append(
             Goal(
                 f"{row['target']}: throughput vs bare FastAPI",
-                f"≥ {MIN_RATIO:.0%}",
-                f"{ratio:.1%}",
-                ratio >= MIN_RATIO,
-                f"{(ratio - MIN_RATIO) * 100:+.1f} points",
+                f"≥ {least:.2f}×",
+                f"{ratio:.3f}×",
+                ratio >= least,
+                f"{ratio - least:+.3f}×",
             )
         )
         goals.append(

@@ -36,7 +36,7 @@ NAME = "proxy"
 LITELLM_BIN = BENCH_DIR / ".venv-litellm" / "bin" / "litellm"
 BODY = {"model": "mock", "messages": [{"role": "user", "content": "hello world"}]}
 PATH = "/v1/chat/completions"
-MIN_VS_FORWARDER = 0.8
+MIN_VS_FORWARDER = 1.0  # issue 29: at least as fast as one aiohttp hop
 
 _LITELLM_CONFIG = """\
 model_list:

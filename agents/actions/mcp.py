@@ -77,6 +77,11 @@ class MCPToolkit(BaseAction):
         """Always a toolkit: one API per server tool (``mcp.add`` / ``mcp__add``)."""
         return True
 
+    @property
+    def list_error(self) -> str | None:
+        """Why the last listing of the server's tools failed (None: it did not)."""
+        return self._list_error
+
     def api_names(self) -> list[str]:
         """The server's (allowed) tool names, as last listed."""
         return list(self._tools)

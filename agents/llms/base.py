@@ -5,8 +5,10 @@ A backend overrides one of ``astream`` (deltas with usage and finish reason), ``
 to the output here, once, for every backend. Token usage goes to the ``usage_scope`` counter
 of the calling task, so a server can account a run's usage without threading it through agents;
 checks bound with ``call_guard`` run before every model call of the task (a server's token
-budgets), here in ``astream``, where every backend's generation starts; so is the system
-message of an ``instructions_scope`` (a server's per-turn instructions) added.
+budgets), here in ``astream``, where every backend's generation starts, and so do the
+reservations of a ``call_meter`` (a count shared by a fleet: each call holds its worst case
+before it starts and settles with its usage when it ends); so is the system message of an
+``instructions_scope`` (a server's per-turn instructions) added.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import copy
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 Messages = list[dict[str, Any]]
 
@@ -106,6 +108,36 @@ def call_guard(check: Callable[[], None]) -> Iterator[None]:
     finally:
         try:
             _call_guards.reset(token)
+        except ValueError:  # closed from another context (an abandoned async generator)
+            pass
+
+
+class CallMeter(Protocol):
+    """A shared count every model call of a task reserves from before it starts and settles
+    with its real usage when it ends, however it ends (a server's fleet-wide token budget)."""
+
+    async def reserve(self, messages: Messages, params: dict[str, Any]) -> Any:
+        """Hold what the call may use (raise to refuse it); returns the hold for ``settle``."""
+
+    async def settle(self, hold: Any, usage: Usage) -> None:
+        """The call ended having used ``usage``: count it in place of the hold."""
+
+
+_call_meters: contextvars.ContextVar[tuple[CallMeter, ...]] = contextvars.ContextVar(
+    "agents_call_meters", default=()
+)
+
+
+@contextmanager
+def call_meter(meter: CallMeter) -> Iterator[None]:
+    """Make every model call of this task (and tasks it starts) inside reserve from ``meter``
+    before it starts and settle with it when it ends. Meters nest."""
+    token = _call_meters.set((*_call_meters.get(), meter))
+    try:
+        yield
+    finally:
+        try:
+            _call_meters.reset(token)
         except ValueError:  # closed from another context (an abandoned async generator)
             pass
 
@@ -234,6 +266,15 @@ class AsyncBaseLLM:
         stop = _StopWordFilter(params.get("stop_words") or [])
         finish: str | None = None
         usage: Usage | None = None
+        meters = _call_meters.get()
+        holds: list[tuple[CallMeter, Any]] = []
+        try:
+            for meter in meters:
+                holds.append((meter, await meter.reserve(messages, params)))
+        except BaseException:
+            for meter, hold in holds:  # refused by a later meter: give the earlier holds back
+                await meter.settle(hold, Usage())
+            raise
         agen = self._astream(messages, **params)
         try:
             async for delta in agen:
@@ -249,8 +290,12 @@ class AsyncBaseLLM:
                     break
         finally:
             aclose = getattr(agen, "aclose", None)
-            if aclose is not None:  # stop the backend's generation (e.g. a vLLM abort) now
-                await aclose()
+            try:
+                if aclose is not None:  # stop the backend's generation (e.g. a vLLM abort) now
+                    await aclose()
+            finally:
+                for meter, hold in holds:  # what the call used (a call cut short: what it
+                    await meter.settle(hold, usage or Usage())  # reported) replaces its hold
         tail = stop.flush()
         record_usage(usage or Usage(), finish or "stop")
         yield LLMDelta(text=tail, finish_reason=finish or "stop", usage=usage)

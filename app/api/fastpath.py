@@ -12,7 +12,9 @@ bench.route_style`` measures it). A fast-path route instead
 - is documented by ``documented(...)``, which writes the OpenAPI fragments FastAPI would
   write for the same declarations (no hand-copied fragments in the route modules);
 - uses ``RequestOnlyRoute`` so that FastAPI's per-request handler is skipped too (the endpoint
-  takes the ``Request`` and path parameters, returns a ``Response``).
+  takes the ``Request`` and path parameters, returns a ``Response``), and FastAPI's per-request
+  ASGI wrapper with it (two exit stacks for dependencies it has none of, and a second round of
+  exception handling that the app's ``ExceptionMiddleware`` does with the same handlers).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.deps import AUTHORIZATION_PARAMETER
 from app.schemas.openai import inline_json_schema
@@ -59,10 +62,20 @@ def documented(body: type[BaseModel], *headers: dict[str, Any]) -> dict[str, Any
 class RequestOnlyRoute(APIRoute):
     """A route whose endpoint takes the ``Request`` (and string path parameters) and returns a
     ``Response``: called directly, without FastAPI's per-request handler (solving the
-    dependency list, building query params, checking the result). The same ASGI wrapping
-    (exception handlers, exit stacks) and OpenAPI entry; an endpoint with any other parameter
-    or dependency (e.g. one added by ``include_router``) gets FastAPI's own handler.
+    dependency list, building query params, checking the result), and without FastAPI's ASGI
+    wrapper around it (``request_response``: the exit stacks of dependencies with ``yield``,
+    which such a route has none of, and the exception handlers, which the app's
+    ``ExceptionMiddleware`` then applies: the same handlers, the same responses). The same
+    OpenAPI entry; an endpoint with any other parameter or dependency (e.g. one added by
+    ``include_router``) gets FastAPI's own handler and wrapper.
     """
+
+    _direct: Callable[[Request], Coroutine[Any, Any, Response]] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # calls get_route_handler (sets _direct if plain)
+        if self._direct is not None:
+            self.app = _direct_app(self._direct)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         d = self.dependant
@@ -92,4 +105,16 @@ class RequestOnlyRoute(APIRoute):
                 raise TypeError(f"{self.path}: the endpoint must return a Response")
             return response
 
+        self._direct = handler
         return handler
+
+
+def _direct_app(handler: Callable[[Request], Coroutine[Any, Any, Response]]) -> ASGIApp:
+    """The route's ASGI app: the endpoint's response sent; exceptions go to the app's
+    ``ExceptionMiddleware`` (its handlers, as FastAPI's wrapper would apply them)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        response = await handler(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    return app

@@ -48,28 +48,6 @@ async def _agents(state: AppState, tenant_id: str) -> dict[str, AgentInfo]:
     return await state.agents.agents(state.sessionmaker, tenant_id)
 
 
-@router.get("/models")
-async def list_models(state: StateDep, who: PrincipalDep) -> dict[str, Any]:
-    """The tenant's agents and the configured raw models."""
-    data = [
-        _model_entry(a.name, int(a.created_at.timestamp()), "agent")
-        for a in (await _agents(state, who.tenant_id)).values()
-    ]
-    data += [_model_entry(name, 0, "model") for name in who.visible(state.models.names())]
-    return {"object": "list", "data": data}
-
-
-@router.get("/models/{model_id:path}")
-async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[str, Any]:
-    """One agent or raw model."""
-    agent = (await _agents(state, who.tenant_id)).get(model_id)
-    if agent is not None:
-        return _model_entry(agent.name, int(agent.created_at.timestamp()), "agent")
-    if model_id in state.models.names() and who.may_use(model_id):
-        return _model_entry(model_id, 0, "model")
-    raise NotFound(f"model {model_id!r} not found", param="model", code="model_not_found")
-
-
 SESSION_ID_HEADER = "X-Session-Id"
 SESSION_ID_MAX_LENGTH = 128
 STRATEGY_HEADER = "X-Multitask-Strategy"
@@ -234,3 +212,26 @@ router.add_api_route(
     openapi_extra=_CHAT_DOC,
     route_class_override=RequestOnlyRoute,
 )
+
+
+# After the chat route: Starlette tries routes in order (the hottest first).
+@router.get("/models")
+async def list_models(state: StateDep, who: PrincipalDep) -> dict[str, Any]:
+    """The tenant's agents and the configured raw models."""
+    data = [
+        _model_entry(a.name, int(a.created_at.timestamp()), "agent")
+        for a in (await _agents(state, who.tenant_id)).values()
+    ]
+    data += [_model_entry(name, 0, "model") for name in who.visible(state.models.names())]
+    return {"object": "list", "data": data}
+
+
+@router.get("/models/{model_id:path}")
+async def get_model(model_id: str, state: StateDep, who: PrincipalDep) -> dict[str, Any]:
+    """One agent or raw model."""
+    agent = (await _agents(state, who.tenant_id)).get(model_id)
+    if agent is not None:
+        return _model_entry(agent.name, int(agent.created_at.timestamp()), "agent")
+    if model_id in state.models.names() and who.may_use(model_id):
+        return _model_entry(model_id, 0, "model")
+    raise NotFound(f"model {model_id!r} not found", param="model", code="model_not_found")

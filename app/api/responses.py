@@ -26,9 +26,10 @@ from app.services import responses as service
 from app.services import responses_ids as ids
 from app.services import responses_plan as planning
 from app.services import responses_read as read
+from app.services import responses_stateless as stateless
+from app.services.chat import preflight_tenant
 from app.services.responses_ids import ROUTE_KEY_HEADER
 from app.services.responses_input import parse_input
-from app.services.responses_stateless import stateless_events
 from app.state import AppState
 
 router = APIRouter(prefix="/v1", tags=["responses"])
@@ -73,12 +74,7 @@ def event_stream(
             ended = True
         except Exception as exc:  # headers are sent: report in-stream, then end
             ended = True
-            if not isinstance(exc, AppError):
-                log.exception("responses stream failed")
-            error = public_error(exc)
-            body = {"type": "error", "code": error.get("code"), "message": error.get("message"),
-                    "param": error.get("param"), "sequence_number": -1}  # fmt: skip
-            yield frame(dumps(body), event="error")
+            yield _error_frame(exc)
         finally:
             if not ended and on_drop is not None:
                 on_drop()
@@ -90,6 +86,30 @@ def event_stream(
 
 
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+def _frame_stream(frames: AsyncIterator[bytes]) -> EventStreamResponse:
+    """A stateless answer's stream (SSE frames already encoded): like a chat completion's,
+    no pings, and it ends with its answer at shutdown."""
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        try:
+            async for chunk in frames:
+                yield chunk
+        except Exception as exc:  # headers are sent: report in-stream, then end
+            yield _error_frame(exc)
+
+    return EventStreamResponse(body(), 0, {"Cache-Control": "no-cache"}, end_at_shutdown=False)
+
+
+def _error_frame(exc: Exception) -> bytes:
+    """The ``error`` event of a stream that could not go on."""
+    if not isinstance(exc, AppError):
+        log.exception("responses stream failed")
+    error = public_error(exc)
+    body = {"type": "error", "code": error.get("code"), "message": error.get("message"),
+            "param": error.get("param"), "sequence_number": -1}  # fmt: skip
+    return frame(dumps(body), event="error")
 
 
 async def create_response(request: Request) -> Response:
@@ -112,13 +132,12 @@ async def create_response(request: Request) -> Response:
     if planning.stateless(req) and (handle := await planning.raw_model(state, who, req.model)):
         # Nothing to keep or continue: the raw model answers in the request (no session).
         rid = ids.mint(ids.RESPONSE, ids.route_key(route_header))
-        events = stateless_events(state, who.tenant_id, handle, req, inp, rid, not req.stream)
+        budget = await preflight_tenant(state, who.tenant_id)  # 429 before anything runs
         if req.stream:
-            return event_stream(state, events, None)
-        last: dict[str, Any] = {}
-        async for event in events:
-            last = event
-        return _json(last["response"], None)
+            frames = stateless.stream_frames(state, who.tenant_id, handle, req, inp, rid, budget)
+            return _frame_stream(frames)
+        body = await stateless.whole_response(state, who.tenant_id, handle, req, inp, rid, budget)
+        return _json(body, None)
     agent = await planning.agent_for(state, who, req.model)
     planned = await planning.plan(state, who, req, agent, route_header)
     try:

@@ -27,6 +27,8 @@ class Tenant(Base):
     # a counter, so deleting sessions does not give tokens back (app.ops.budget_store).
     token_budget: Mapped[int | None] = mapped_column(sa.BigInteger(), nullable=True)
     tokens_used: Mapped[int] = mapped_column(sa.BigInteger(), default=0, server_default="0")
+    # Tokens held by the tenant's model calls in flight (app.ops.token_holds), fleet-wide.
+    tokens_held: Mapped[int] = mapped_column(sa.BigInteger(), default=0, server_default="0")
 
 
 class ApiKey(Base):
@@ -204,6 +206,21 @@ class Replica(Base):
     state: Mapped[str] = mapped_column(sa.String(16), default="live", server_default="live")
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     beat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class TokenHold(Base):
+    """A model call in flight of a tenant with a token budget: the tokens it holds
+    (app/ops/token_holds.py); given back by its end, or by the sweep of its dead replica."""
+
+    __tablename__ = "token_holds"
+
+    id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE")
+    )
+    replica: Mapped[str] = mapped_column(sa.String(64), index=True)
+    tokens: Mapped[int] = mapped_column(sa.BigInteger())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class SessionKernel(Base):

@@ -5,7 +5,9 @@ the run's live ``usage_scope`` counter, refuses the run up front when a budget i
 (``preflight``: 429 ``budget_exceeded``), and binds it with ``budget_scope`` around the agent
 call: ``budget_scope`` binds its check as an ``agents.llms.base.call_guard``, which every
 model's ``astream`` runs before generating, so a run that crosses a budget stops at the next
-call boundary with what it produced so far (no model handle is wrapped for it).
+call boundary with what it produced so far (no model handle is wrapped for it). A tenant's
+budget is also counted in the database call by call when a ``meter`` is bound
+(app/ops/token_holds.py): exact over a fleet of replicas.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.llms.base import Usage, call_guard
+from agents.llms.base import CallMeter, Usage, call_guard, call_meter
 from app.ops.errors import error_envelope
 from app.schemas.common import Int
 
@@ -76,6 +78,9 @@ class RunBudget:
 
     limits: list[Limit] = field(default_factory=list)
     usage: Usage | Callable[[], Usage] = field(default_factory=Usage)
+    # The tenant's budget counted in the database call by call (app.ops.token_holds): every
+    # model call reserves from it and settles with its usage. None: checked here only.
+    meter: CallMeter | None = None
 
     @classmethod
     def build(
@@ -85,14 +90,16 @@ class RunBudget:
         session_used: int = 0,
         tenant_limit: int | None = None,
         tenant_used: int = 0,
+        meter: CallMeter | None = None,
     ) -> RunBudget:
-        """A budget from optional session and tenant limits (``None`` = unlimited)."""
+        """A budget from optional session and tenant limits (``None`` = unlimited); ``meter``:
+        the tenant's shared count, bound only when the tenant has a limit."""
         limits = []
         if session_limit is not None:
             limits.append(Limit("session", session_limit, session_used))
         if tenant_limit is not None:
             limits.append(Limit("tenant", tenant_limit, tenant_used))
-        return cls(limits=limits, usage=usage)
+        return cls(limits=limits, usage=usage, meter=meter if tenant_limit is not None else None)
 
     def spent(self) -> int:
         """Tokens this run used so far."""
@@ -124,7 +131,11 @@ def budget_scope(budget: RunBudget) -> Iterator[RunBudget]:
     token = _current.set(budget)
     try:
         with call_guard(budget.check):
-            yield budget
+            if budget.meter is None:
+                yield budget
+            else:
+                with call_meter(budget.meter):
+                    yield budget
     finally:
         _current.reset(token)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages
@@ -28,6 +28,26 @@ class ChatTracer(Protocol):
         params: dict[str, Any],
         stream: Callable[[], AsyncIterator[LLMDelta]],
     ) -> AsyncIterator[LLMDelta]: ...
+
+
+class RawTracer(Protocol):
+    """Opens a raw model request's span (``app/ops/tracing_agents.py: AgentTracer``)."""
+
+    async def raw_chat(
+        self,
+        model: str,
+        provider: str,
+        request: dict[str, Any],
+        call: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]: ...
+
+    def raw_stream(
+        self,
+        model: str,
+        provider: str,
+        request: dict[str, Any],
+        stream: Callable[[], AsyncIterator[dict[str, Any]]],
+    ) -> AsyncIterator[dict[str, Any]]: ...
 
 
 class InstrumentedLLM(AsyncBaseLLM):
@@ -101,18 +121,38 @@ class InstrumentedRaw:
         self.model = model
         self.metrics = metrics
         self.provider = provider or model
+        self.tracer: RawTracer | None = None  # tracing's chat spans; None: off
+
+    def trace(self, tracer: RawTracer | None) -> None:
+        """Open a ``chat {model}`` span per request with ``tracer`` (None: no spans)."""
+        self.tracer = tracer
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The inner completion; its usage is counted."""
+        """The inner completion; its usage is counted (in a ``chat`` span when tracing)."""
+        if self.tracer is not None:
+            return await self.tracer.raw_chat(
+                self.model, self.provider, request, lambda: self._complete(request)
+            )
+        return await self._complete(request)
+
+    async def _complete(self, request: dict[str, Any]) -> dict[str, Any]:
         response: dict[str, Any] = await self.inner.complete(request)
         self._usage(response.get("usage"))
         return response
 
-    async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """The inner chunks; the first content chunk's time and any usage are recorded."""
+    def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The inner chunks; the first content chunk's time and any usage are recorded (in a
+        ``chat`` span when tracing)."""
+        if self.tracer is not None:
+            return self.tracer.raw_stream(
+                self.model, self.provider, request, lambda: self._stream(request)
+            )
+        return self._stream(request)
+
+    async def _stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         start = time.perf_counter()
         first = True
         async for chunk in self.inner.stream(request):

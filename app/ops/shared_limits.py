@@ -132,9 +132,10 @@ class FleetLimiter:
         self.shared: PgRateLimiter | None = None
         self.admit = self.local.admit
 
-    def bind(self, engine: AsyncEngine) -> None:
-        """Count in the database when it is PostgreSQL (the fleet's one counter)."""
-        if engine.dialect.name == "postgresql":
+    def bind(self, engine: AsyncEngine, shared: bool) -> None:
+        """Count in the database when replicas share it (``RunManager.shared``: PostgreSQL;
+        the run store decides), the fleet's one counter."""
+        if shared:
             self.shared = PgRateLimiter(self.rate, engine, self.clock)
             self.admit = self.shared.admit
         else:

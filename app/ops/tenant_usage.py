@@ -7,7 +7,9 @@ and at shutdown. A tenant with a budget is read and charged in the database on e
 so every replica enforces it from the same counter. What remains stale: a budget set on a tenant
 known to be unlimited takes effect on other processes within ``ttl_s``; ``tokens_used`` of
 unlimited tenants lags by up to ``flush_s``, and a killed process (SIGKILL, OOM) loses that
-last interval's count; a failed flush is retried.
+last interval's count; a failed flush is retried. Model calls of a tenant with a budget are
+reserved and settled one by one in the database (``meter``, app/ops/token_holds.py), so the
+budget is exact across replicas under concurrency; their tokens are then not charged again.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from agents.llms.base import CallMeter
 from app.cache import TTLCache
 from app.ops.budget_store import BUDGET_CACHE_KIND, charge_tenant, tenant_budget
+from app.ops.token_holds import TokenMeter
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,12 @@ class TenantUsage:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        # Calls of tenants with a budget, reserved and settled in the database (bound at start).
+        self.meter: TokenMeter | None = None
+
+    def calls(self, tenant_id: str) -> CallMeter | None:
+        """The tenant's calls counted against its budget in the database (None: not bound)."""
+        return self.meter.for_tenant(tenant_id) if self.meter is not None else None
 
     async def figures(self, tenant_id: str) -> tuple[int | None, int]:
         """(budget, tokens used) of a tenant; (None, 0) when it has no budget."""

@@ -177,7 +177,7 @@ def start_tracing(state: AppState, tracing: Tracing) -> Callable[[], None]:
     """Lifespan part: trace agents, model calls, admissions and the run store; returns the
     closer (flushes the exporter)."""
     from agents import tracing as agent_tracing
-    from app.ops.instrument import InstrumentedLLM
+    from app.ops.instrument import InstrumentedLLM, InstrumentedRaw
     from app.ops.tracing_agents import AgentTracer
     from app.ops.tracing_runs import trace_runs
 
@@ -188,6 +188,8 @@ def start_tracing(state: AppState, tracing: Tracing) -> Callable[[], None]:
     for handle in state.models.handles.values():
         if isinstance(handle.llm, InstrumentedLLM):
             handle.llm.trace(tracer)
+        if isinstance(handle.raw, InstrumentedRaw):  # raw /v1/chat/completions requests
+            handle.raw.trace(tracer)
     if state.runs is not None:
         trace_runs(state.runs, tracing.tracer)
 

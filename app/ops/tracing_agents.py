@@ -257,6 +257,123 @@ class AgentTracer:
             ended["gen_ai.output.messages"] = json.dumps(output)
         span.set_attributes(ended)
 
+    # -- raw model requests (InstrumentedRaw: /v1/chat/completions with a model's name) ------
+    def _raw_span(self, model: str, provider: str, request: dict[str, Any]) -> Span | None:
+        if self._skipped():
+            return None
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+        }
+        for key, attribute in _RAW_PARAMS.items():
+            value = request.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[attribute] = value
+        if self.capture_content:
+            attributes["gen_ai.input.messages"] = input_messages(request.get("messages") or [])
+        return self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
+
+    async def raw_chat(
+        self,
+        model: str,
+        provider: str,
+        request: dict[str, Any],
+        call: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """``chat {model}`` around a raw (OpenAI-shaped) completion: usage, finish reasons."""
+        span = self._raw_span(model, provider, request)
+        if span is None:
+            return await call()
+        try:
+            with current(trace.set_span_in_context(span)):  # traceparent to an upstream
+                answer = await call()
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            reasons = [c.get("finish_reason") or "stop" for c in choices or []]
+            output = [(c.get("message") or {}).get("content") for c in choices or []]
+            span.set_attributes(_raw_ended(answer, model, reasons, self.capture_content, output))
+            return answer
+        except BaseException as exc:
+            _failed(span, exc)
+            raise
+        finally:
+            span.end()
+
+    def raw_stream(
+        self,
+        model: str,
+        provider: str,
+        request: dict[str, Any],
+        stream: Callable[[], AsyncIterator[dict[str, Any]]],
+    ) -> AsyncIterator[dict[str, Any]]:
+        """``chat {model}`` around a raw streamed completion: TTFT event, usage, finish."""
+        span = self._raw_span(model, provider, request)
+        if span is None:
+            return stream()
+        return stepwise(span, self._raw_chunks(span, model, stream))
+
+    async def _raw_chunks(
+        self, span: Span, model: str, stream: Callable[[], AsyncIterator[dict[str, Any]]]
+    ) -> AsyncIterator[dict[str, Any]]:
+        start = time.perf_counter()
+        first = True
+        reasons: list[str] = []
+        text: list[str] = []
+        last: dict[str, Any] = {}
+        async for chunk in stream():
+            for choice in chunk.get("choices") or []:
+                content = (choice.get("delta") or {}).get("content")
+                if content and first:
+                    first = False
+                    ttft = time.perf_counter() - start
+                    span.add_event(FIRST_TOKEN_EVENT, {"gen_ai.server.time_to_first_token": ttft})
+                if content and self.capture_content:
+                    text.append(content)
+                if choice.get("finish_reason"):
+                    reasons.append(choice["finish_reason"])
+            if chunk.get("usage") or chunk.get("id"):
+                last = {**last, **{k: chunk[k] for k in ("id", "model", "usage") if k in chunk}}
+            yield chunk
+        span.set_attributes(
+            _raw_ended(last, model, reasons or ["stop"], self.capture_content, ["".join(text)])
+        )
+
+
+# The request parameters a raw chat span records (OpenAI's names -> attribute).
+_RAW_PARAMS = {
+    "max_tokens": "gen_ai.request.max_tokens",
+    "max_completion_tokens": "gen_ai.request.max_tokens",
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "seed": "gen_ai.request.seed",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+}
+
+
+def _raw_ended(
+    answer: Any, model: str, reasons: list[str], capture: bool, output: list[Any]
+) -> dict[str, Any]:
+    """A raw chat span's closing attributes from the (OpenAI-shaped) answer."""
+    answer = answer if isinstance(answer, dict) else {}
+    ended: dict[str, Any] = {
+        "gen_ai.response.model": str(answer.get("model") or model),
+        "gen_ai.response.finish_reasons": reasons or ["stop"],
+    }
+    if answer.get("id"):
+        ended["gen_ai.response.id"] = str(answer["id"])
+    usage = answer.get("usage")
+    if isinstance(usage, dict):
+        ended["gen_ai.usage.input_tokens"] = int(usage.get("prompt_tokens") or 0)
+        ended["gen_ai.usage.output_tokens"] = int(usage.get("completion_tokens") or 0)
+    if capture:
+        messages = [
+            {"role": "assistant", "parts": _parts(content or ""), "finish_reason": reason}
+            for content, reason in zip(output, reasons, strict=False)
+        ]
+        ended["gen_ai.output.messages"] = json.dumps(messages, default=str)
+    return ended
+
 
 @contextmanager
 def current(ctx: context.Context) -> Iterator[None]:

@@ -96,7 +96,8 @@ def start_ops(state: AppState, ops: Ops) -> Callable[[], Awaitable[None]]:
     """Lifespan part: instrument models, sample live state, start retention; returns a closer."""
     metrics = ops.metrics
     if ops.limiter is not None:
-        ops.limiter.bind(state.engine)  # PostgreSQL: one counter for the fleet
+        # A database shared by replicas (PostgreSQL): one counter for the fleet.
+        ops.limiter.bind(state.engine, shared=state.runs is not None and state.runs.shared)
     providers = {name: config.backend for name, config in state.models.configs.items()}
     instrument_models(state.models.handles, metrics, providers)
     close_tracing = start_tracing(state, ops.tracing) if ops.tracing is not None else None

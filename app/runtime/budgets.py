@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents.llms.base import Usage
+from agents.llms.base import CallMeter, Usage
 from app.ops.budget import BudgetSpec, RunBudget
 from app.ops.budget_store import session_tokens, tenant_budget
 
@@ -21,10 +21,18 @@ class BudgetFigures:
     tenant_limit: int | None = None
     tenant_used: int = 0
 
-    def budget(self, usage: Usage | Callable[[], Usage]) -> RunBudget:
-        """The run's budget, ``usage`` being its own (live) usage."""
+    def budget(
+        self, usage: Usage | Callable[[], Usage], meter: CallMeter | None = None
+    ) -> RunBudget:
+        """The run's budget, ``usage`` being its own (live) usage; ``meter``: the tenant's
+        calls counted in the database (app.ops.token_holds), used when it has a limit."""
         return RunBudget.build(
-            usage, self.session_limit, self.session_used, self.tenant_limit, self.tenant_used
+            usage,
+            self.session_limit,
+            self.session_used,
+            self.tenant_limit,
+            self.tenant_used,
+            meter,
         )
 
     def preflight(self) -> None:

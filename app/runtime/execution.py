@@ -140,7 +140,10 @@ async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:
         stored = {}  # revision 0: nothing was ever stored (every write of messages bumps it)
     assert figures is not None
     job.tenant_limited = figures.tenant_limit is not None
-    budget = figures.budget(usage)
+    # A tenant's budget is counted in the database call by call (exact over the fleet).
+    meter = deps.meter(job.tenant_id) if job.tenant_limited and deps.meter else None
+    job.metered = meter is not None
+    budget = figures.budget(usage, meter)
     if memories is not None and nodes is not None:
         if cached is None or set(cached) != set(memories):
             source = stored if stored is not None else await _reload(deps, job)

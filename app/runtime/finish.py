@@ -98,8 +98,9 @@ async def finish(
     await job.channel.stop_flushing()
     # A tenant with a budget is charged in this transaction (every replica enforces it from
     # the stored counter); one without gets its tokens counted in memory and batched.
+    # A metered run's calls were charged one by one (app.ops.token_holds).
     later = job.charge_later if not job.tenant_limited else None
-    charge = result.usage.total_tokens if later is None else 0
+    charge = result.usage.total_tokens if later is None and not job.metered else 0
     rows: list[dict[str, Any]] = []
     rewrite: list[str] = []
     if turn is not None and after is not None:

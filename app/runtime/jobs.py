@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.llms.base import CallMeter
 from agents.memory import load_message
 from agents.schema import AgentMessage
 from app.db.models import Run
@@ -39,6 +40,7 @@ class Job:
     # run's task takes it over (``execution.execute``).
     lease: TurnLease = field(default_factory=TurnLease)
     tenant_limited: bool = True  # known at start: False when the tenant has no budget
+    metered: bool = False  # its calls were charged one by one (``JobDeps.meter``): not at its end
     task: asyncio.Task[Any] | None = None  # its own, or the request's (``inline``)
     inline: bool = False  # run in the task of the request that waits for it (run_here)
     cancel_mode: CancelMode | None = None
@@ -84,6 +86,9 @@ class JobDeps:
     memory: MemoryCache
     ended: Callable[[Run, dict[str, Any]], None]  # its end is stored (run, its API shape)
     forget: Callable[[Job], None]  # its task is over
+    # A tenant's calls counted in the database, call by call (app.ops.token_holds); None: a
+    # tenant's tokens are charged at the run's end.
+    meter: Callable[[str], CallMeter] | None = None
 
 
 @dataclass

@@ -13,13 +13,21 @@ no database connection left). For each dead replica it closes its active runs, f
   run's terminal event (``run.cancelled`` with status ``interrupted``) and sends the turn again.
 
 Each close writes the run's terminal event (and a ``run.gap`` for ids its owner may have sent),
-so followers through any replica end their streams. With the defaults (``beat_s`` 2, ``ttl_s``
-60) a SIGKILLed or crashed replica's runs are closed within about ``beat_s`` (its connections
-close with it), a vanished host's within about 11 s more (its connections' TCP keepalive,
-app/db/engine.py), and a hung replica that keeps its connections within ``ttl_s + beat_s``
-(a TTL much lower fenced live replicas whose event loop was starved on a loaded host).
+so followers through any replica end their streams.
+
+The heartbeat (PostgreSQL) comes from a thread with its own event loop and connection
+(``FleetStore.heartbeat_thread``), so neither a busy event loop (a long ready queue on a
+loaded host) nor a full connection pool delays it: a 10 s TTL on the event loop's own beats
+fenced live replicas at load average 44, which is why it was raised to 60 s (commit 3a5f174).
+The thread does not say "alive now" but "alive as of the event loop's last tick"
+(``beat_at = now() - lag``; the loop ticks every 0.5 s), so a replica whose event loop hangs
+(a call that never yields) looks dead after ``ttl_s`` as surely as one stopped (SIGSTOP: the
+thread stops too) or gone. With the defaults (``beat_s`` 1, ``ttl_s`` 10) a SIGKILLed or
+crashed replica's runs are closed within about ``beat_s`` (its connections close with it), a
+hung or stopped one's within about ``ttl_s + 2 beat_s`` (≤ 12 s), a vanished host's within
+about 11 s (its connections' TCP keepalive, app/db/engine.py, or the TTL, whichever is first).
 Concurrent sweeps by several replicas are safe: closing a run is a conditional update of its
-row (``Orphans.close``).
+row (``RunManager.close_orphan``).
 """
 
 from __future__ import annotations
@@ -29,9 +37,9 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 
-from app.runtime.orphans import Orphans
 from app.runtime.store.fleet import FleetStore
 from app.schemas.vocab import CancelMode
 
@@ -52,24 +60,41 @@ class Liveness:
     def __init__(
         self,
         fleet: FleetStore,
-        orphans: Orphans,
+        close_run: Callable[[str, CancelMode], Awaitable[bool]],
         replica: str,
         draining: Callable[[], bool],
         beat_s: float = 2.0,
         ttl_s: float = 60.0,
+        release_holds: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self.fleet = fleet
-        self.orphans = orphans
+        self.close_run = close_run  # RunManager.close_orphan
         self.replica = replica
         self.draining = draining
         self.beat_s = beat_s
         self.ttl_s = ttl_s
+        self.release_holds = release_holds  # a dead replica's token holds (app.ops.token_holds)
         self._task: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self.progress = time.monotonic()  # the event loop's last tick
+        self._heartbeat = fleet.heartbeat_thread(replica)
 
     async def start(self) -> None:
-        """Register (the first beat), then beat and sweep in the background."""
+        """Register (the first beat), then beat and sweep in the background: the beat from
+        a thread of its own (PostgreSQL), as of the event loop's last tick."""
         await self.fleet.beat(self.replica, self.state)
+        self._ticker = asyncio.create_task(self._tick())
+        if self._heartbeat is not None:
+            self._heartbeat.start(lambda: self.state, lambda: self.progress, self.beat_s)
         self._task = asyncio.create_task(self._loop())
+
+    async def _tick(self) -> None:
+        """The event loop's progress, as the heartbeat thread reports it: a loop that runs
+        nothing (hung in a call that never yields, stopped) stops ticking."""
+        period = min(0.5, self.beat_s / 2)
+        while True:
+            self.progress = time.monotonic()
+            await asyncio.sleep(period)
 
     async def recovering(self, session_pk: str) -> bool:
         """Whether an active run of the session belongs to a dead replica (being closed)."""
@@ -81,10 +106,13 @@ class Liveness:
 
     async def aclose(self) -> None:
         """Stop beating and remove this replica's row (its runs were ended by then)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+        for task in (self._task, self._ticker):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        if self._heartbeat is not None:
+            await asyncio.to_thread(self._heartbeat.stop)
         with contextlib.suppress(Exception):
             await self.fleet.leave(self.replica)
 
@@ -92,7 +120,8 @@ class Liveness:
         while True:
             await asyncio.sleep(self.beat_s)
             try:
-                await self.fleet.beat(self.replica, self.state)
+                if self._heartbeat is None:
+                    await self.fleet.beat(self.replica, self.state)
                 await self.sweep()
             except Exception:  # the database is away: beat again next time
                 log.warning("replica heartbeat or sweep failed", exc_info=True)
@@ -108,9 +137,11 @@ class Liveness:
             # take first; a concurrent closer (another replica, a turn's admission) is
             # serialised by the run's row lock in ``close``.
             for run in await self.fleet.active_runs(dead.id):
-                closed += await self.orphans.close(run.id, LOST)
+                closed += await self.close_run(run.id, LOST)
             if await self.fleet.active_runs(dead.id):
                 continue  # a lock still held (a fenced backend ending): the next sweep
+            if self.release_holds is not None:  # its model calls in flight hold no budget
+                await self.release_holds(dead.id)
             await self.fleet.forget(dead.id)
             log.warning("replica %s is gone: its runs were closed", dead.id)
         return closed

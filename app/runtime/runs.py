@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from agents.llms.base import CallMeter
 from app.db.models import SEQ_BLOCK, Run
 from app.runtime.admission import Admissions, Submission
 from app.runtime.approvals import Resumption
@@ -30,6 +31,8 @@ from app.runtime.orphans import Orphans
 from app.runtime.public import run_public
 from app.runtime.registry import ServableAgent
 from app.runtime.store import TurnLease, create_store
+from app.runtime.store.fleet import FleetStore, create_fleet_store
+from app.runtime.store.writes import WriteGate
 from app.schemas.agents import AgentSpec
 from app.schemas.vocab import CancelMode, EventType
 
@@ -100,6 +103,44 @@ class RunManager:
         """A waiting run was decided about (ops: the time-waited histogram)."""
         if self.on_approval is not None:
             self.on_approval(waited_s, outcome)
+
+    # The surface the lifespan wires (no reach into admissions, orphans or the write gate).
+    @property
+    def shared(self) -> bool:
+        """Whether other processes (replicas) share this database's runs and counters."""
+        return self.store.replicas
+
+    @property
+    def write_gate(self) -> WriteGate:
+        """The database's one write gate (SQLite: one write transaction at a time), for the
+        other stores that write the same database (fleet, token holds)."""
+        return self.writes
+
+    def fleet_store(self) -> FleetStore:
+        """The fleet's statements (heartbeats, dead replicas' runs) for this database."""
+        return create_fleet_store(self.engine, self.sessionmaker, self.writes)
+
+    def admit_with(
+        self,
+        draining: Callable[[], bool] | None = None,
+        recovering: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        """What admission asks before a turn: whether this replica drains (503 ``draining``),
+        and whether a session's active run belongs to a dead replica (503
+        ``session_recovering`` instead of 409)."""
+        if draining is not None:
+            self.admissions.draining = draining
+        if recovering is not None:
+            self.admissions.recovering = recovering
+
+    async def close_orphan(self, run_id: str, mode: CancelMode) -> bool:
+        """Close an active run no process of ours owns (a dead replica's); True if it did."""
+        return await self.orphans.close(run_id, mode)
+
+    def use_token_meter(self, meter: Callable[[str], CallMeter] | None) -> None:
+        """Count the calls of tenants with a token budget in the database, call by call
+        (``meter(tenant_id)``, app.ops.token_holds) instead of at each run's end."""
+        self.deps.meter = meter
 
     async def submit(
         self, sub: Submission, lease: TurnLease, inline: bool = False

@@ -6,11 +6,11 @@ import itertools
 import json
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from agents.agent import BaseAgent
-from agents.llms.base import Usage, usage_scope
+from agents.llms.base import CallMeter, Usage, usage_scope
 from agents.schema import AgentMessage, AgentStatusCode
 from app.errors import BadRequest, Unavailable
 from app.ops.budget import STOP_REASON as BUDGET_STOP
@@ -103,7 +103,8 @@ async def stateless_pieces(
     runs under a session id of its own, whose memory is dropped when it ends, however it ends.
     ``figures``: the tenant's (budget, used) from ``preflight_tenant`` (read here if omitted);
     ``split``: ``split_input(req.messages)`` if the caller made it; ``deltas`` False: only the
-    final piece (a whole, non-streamed answer).
+    final piece (a whole, non-streamed answer). The caller has checked the agent's models
+    (``check_ready``); a spec naming stored participants is checked here once they resolve.
     """
     spec = agent_info.spec
     history, text = split if split is not None else split_input(req.messages)
@@ -111,8 +112,7 @@ async def stateless_pieces(
         spec = await pinned_spec(state.engine, state.sessionmaker, tenant_id, spec, None)
         check_ready(state, spec)
         agent = state.build_agent(spec, agent_info.name)
-    else:
-        check_ready(state, spec)
+    else:  # the caller checked its models (``check_ready``, a 503 before any byte)
         agent = state.stateless_agent(agent_info)
     key = f"{_STATELESS_PREFIX}{next(_stateless_ids)}"
     texts = _Texts(hold=holds_turns(spec) or wants_json(req))
@@ -129,10 +129,10 @@ async def stateless_pieces(
         if tenant_id is not None and figures is None:
             figures = await state.tenant_usage.figures(tenant_id)
         limit, used = figures or (None, 0)
-        with usage_scope() as usage, ExitStack() as scopes:
-            if limit is not None:  # without a tenant budget there is nothing to check
-                budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used)
-                scopes.enter_context(budget_scope(budget))
+        # A tenant's budget: each model call reserved and settled in the database (exact
+        # over the fleet, app.ops.token_holds), then not charged again below.
+        meter = state.tenant_usage.calls(tenant_id) if tenant_id and limit is not None else None
+        with usage_scope() as usage, _budget(usage, limit, used, meter):
             try:
                 # The agent's stream itself: a stateless turn has no events or messages to
                 # keep, so stream_turn's segmenter (which dumps every message) is not needed.
@@ -154,7 +154,7 @@ async def stateless_pieces(
                     if deltas and (out := texts.piece(chunk.content, stream_state)):
                         yield Piece(out)
             finally:
-                if tenant_id is not None:  # the tenant's budget counts stateless runs too
+                if tenant_id is not None and meter is None:  # stateless runs count too
                     await state.tenant_usage.charge(
                         tenant_id, usage.total_tokens, limited=limit is not None
                     )
@@ -164,6 +164,16 @@ async def stateless_pieces(
     yield Piece(
         final=True, usage=usage, answer=answer, finish_reason=finish_reason(usage.last_finish)
     )
+
+
+def _budget(
+    usage: Usage, limit: int | None, used: int, meter: CallMeter | None
+) -> AbstractContextManager[Any]:
+    """The tenant's budget over this call's usage; without a budget nothing to check."""
+    if limit is None:
+        return nullcontext()
+    budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used, meter=meter)
+    return budget_scope(budget)
 
 
 def finish_reason(reason: str | None) -> str:
@@ -202,11 +212,15 @@ _NO_OPS: dict[str, tuple[Any, ...]] = {
     "frequency_penalty": (None, 0, 0.0),
 }
 
+_NO_OP_NAMES = frozenset(_NO_OPS)
+
 
 def check_agent_params(req: ChatCompletionRequest) -> None:
     """400 ``unsupported_parameter`` for a field an agent would ignore. ``response_format``
     ``text`` is what an agent answers; ``json_object`` is honoured by checking the answer."""
-    for name, no_ops in _NO_OPS.items():
+    # Each of them defaults to None, a no-op: only those the request sent need a look.
+    for name in _NO_OP_NAMES & req.model_fields_set:
+        no_ops = _NO_OPS[name]
         value = getattr(req, name)
         if not any(value == ok and type(value) is type(ok) for ok in no_ops):
             raise BadRequest(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import AsyncIterator
@@ -27,9 +28,14 @@ class Piece:
     tool_calls: list[dict[str, Any]] | None = None
 
 
+# Completion ids: 32 hex digits, a random 64-bit prefix per process then a counter (unique
+# across replicas by the prefix; an identifier, not a secret: no random draw per request).
+_completion_ids = itertools.count(random.getrandbits(64) << 64)
+
+
 def completion_id() -> str:
-    """``chatcmpl-`` and 32 hex digits: an identifier, not a secret (no urandom syscall)."""
-    return f"chatcmpl-{random.getrandbits(128):032x}"
+    """``chatcmpl-`` and 32 hex digits, new in this process and (by its prefix) elsewhere."""
+    return f"chatcmpl-{next(_completion_ids) & (1 << 128) - 1:032x}"
 
 
 def completion(

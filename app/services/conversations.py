@@ -71,7 +71,7 @@ async def create_conversation(
     header: str | None,
 ) -> SessionRow:
     """A new conversation (its first items stored as its memory)."""
-    inp = parse_input(items or [])  # 400 naming the item before anything is stored
+    inp = parse_input(items or [], "items")  # 400 naming the item before anything is stored
     models = who.visible(state.models.names())
     if not models:
         raise BadRequest("no model of this server may hold a conversation for this key")
@@ -90,7 +90,7 @@ async def add_items(
 ) -> list[dict[str, Any]]:
     """Append items to a conversation (409 ``session_busy`` while a response runs in it);
     returns them as listed."""
-    inp = parse_input(items)
+    inp = parse_input(items, "items")
     async with state.sessionmaker() as db:
         row = await get_conversation(db, who.tenant_id, conversation_id)
         agent = await db.get(Agent, row.agent_id)

@@ -31,6 +31,7 @@ from app.services.approvals import resume_run
 from app.services.auth import Principal
 from app.services.chat import holds_turns
 from app.services.responses_input import Input, model_tools, response_format
+from app.services.responses_mcp import list_servers, mcp_refs
 from app.services.responses_plan import SOURCE, Planned, response_run
 from app.services.responses_read import last_number
 from app.services.turns import SubmittedTurn, TurnRequest, submit_turn
@@ -130,6 +131,10 @@ async def start(
     answer, with its own task when streamed or in the background. ``instructions`` are the
     turn's (a system message for its model calls only, never stored)."""
     waits = not (req.stream or req.background)
+    meta = response_meta(req, planned.agent.spec, planned.session_id)
+    spec = planned.agent.spec
+    if spec.kind != "model" and mcp_refs(spec):  # its servers' tools, for mcp_list_tools
+        meta["mcp"] = await list_servers(state, spec, who.tenant_id, planned.session_id)
     request = TurnRequest(
         message=run_message(planned.agent, inp),
         gen_params=run_params(planned.agent, req),
@@ -139,7 +144,7 @@ async def start(
         source=SOURCE,
         instructions=req.instructions or None,
         run_id=ids.mint(ids.RESPONSE, planned.key),
-        options={"response": response_meta(req, planned.agent.spec, planned.session_id)},
+        options={"response": meta},
     )
     return await submit_turn(
         state, who.tenant_id, planned.session_id, request, agent=planned.agent, inline=waits

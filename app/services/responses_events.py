@@ -21,6 +21,7 @@ Items from messages:
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from agents.schema import AgentStatusCode
@@ -52,6 +53,9 @@ _LOST = {
 # Stream events a run event may become, at most (a ``run.gap`` skips the numbers of the events
 # that may have been sent live and lost: the resumed stream's numbers stay above them).
 GAP_STRIDE = 1000
+# Run events after which a queued response is still not in progress: a gap, and an end
+# before it ran (cancelled in the queue).
+_QUIET_WHILE_QUEUED = frozenset({EventType.RUN_GAP, EventType.RUN_CANCELLED, EventType.ERROR})
 
 
 def response_status(run_status: str, stop_reason: str | None) -> str:
@@ -104,6 +108,69 @@ def _is_result(formatted: Any) -> bool:
     return isinstance(formatted, dict) and "result" in formatted and "state" in formatted
 
 
+def text_part(text: str) -> dict[str, Any]:
+    """An ``output_text`` content part."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    """An assistant ``message`` output item."""
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": content,
+    }
+
+
+def function_call_item(item_id: str, call: dict[str, Any], arguments: str) -> dict[str, Any]:
+    """A ``function_call`` output item for a chat ``tool_calls`` entry (``arguments``: so far)."""
+    fn = call.get("function") or {}
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": str(call.get("id")),
+        "name": str(fn.get("name")),
+        "arguments": arguments,
+        "status": "in_progress",
+    }
+
+
+def call_arguments(call: dict[str, Any]) -> str:
+    """A chat ``tool_calls`` entry's arguments (a JSON string)."""
+    return str((call.get("function") or {}).get("arguments") or "")
+
+
+def end_response(
+    response: dict[str, Any],
+    run: dict[str, Any],
+    error: dict[str, Any] | None,
+    finished_at: float | None,
+) -> str:
+    """Set a Response's end fields from its run's end (``run``: status, stop_reason, usage);
+    returns its terminal event's type."""
+    status = response_status(str(run.get("status", "failed")), run.get("stop_reason"))
+    response["status"] = status
+    response["usage"] = usage_of(run)
+    if status == "incomplete":
+        response["incomplete_details"] = {"reason": _STOP_INCOMPLETE[run["stop_reason"]]}
+    if status == "failed":
+        error = error or run.get("error") or {}
+        lost = _LOST.get(str(run.get("stop_reason")))
+        message = f"{lost} while the response ran; it did not finish" if lost else None
+        response["error"] = {
+            "code": FAILED,
+            "message": str(error.get("message") or message or "the run failed"),
+        }
+    if finished_at is not None and status != "in_progress":
+        response["completed_at"] = finished_at
+    return TERMINAL_TYPES.get(status, "response.failed")
+
+
+TERMINAL_TYPES = {"completed": "response.completed", "incomplete": "response.incomplete"}
+
+
 class ResponseStream:
     """Builds the Response and its stream events from one run's events (module docstring).
 
@@ -115,7 +182,14 @@ class ResponseStream:
     changed in place, so a shallow copy is one); the terminal event carries the Response
     itself, final unless a paused run goes on."""
 
-    def __init__(self, base: dict[str, Any], agent: str, hold: bool, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        base: dict[str, Any],
+        agent: str,
+        hold: bool,
+        quiet: bool = False,
+        mcp: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.response = base
         self.agent = agent
         self.hold = hold
@@ -123,9 +197,14 @@ class ResponseStream:
         self.ended = False
         self.quiet = quiet
         self.paused = False  # ended waiting for approval: a resumed run's log goes on
+        self.queued = False  # created queued: not announced in progress yet
         self._open: dict[str, Any] | None = None  # the message item being streamed
         self._call: dict[str, Any] | None = None  # a tool agent's call awaiting its result
         self._suffix = str(base["id"]).removeprefix("resp_")
+        # The agent's MCP servers' tools by label (``responses_mcp``): an ``mcp_list_tools``
+        # item goes before the first call (or approval request) of each server.
+        self._mcp = mcp or {}
+        self._listed: set[str] = set()
 
     # -- events ------------------------------------------------------------------------------
     def _event(self, type_: str, **fields: Any) -> dict[str, Any]:
@@ -150,10 +229,18 @@ class ResponseStream:
             return self._go_on() + self.feed(type_, data)
         if type_ == EventType.RUN_CREATED:
             run = data.get("run") or {}
-            self.response["status"] = response_status(run.get("status", "running"), None)
+            status = response_status(run.get("status", "running"), None)
+            self.response["status"] = status
             created = self._event("response.created", response=self._snapshot())
-            self.response["status"] = "in_progress"
-            return [created, self._event("response.in_progress", response=self._snapshot())]
+            if status == "queued":  # OpenAI: created, queued; in_progress when it starts
+                self.queued = True
+                return [created, self._event("response.queued", response=self._snapshot())]
+            return [created, self._in_progress()]
+        if self.queued and type_ not in _QUIET_WHILE_QUEUED:
+            # The run's first event after its creation: it started (its log has no start
+            # event of its own; a queued run logs nothing until it runs).
+            self.queued = False
+            return [self._in_progress(), *self.feed(type_, data)]
         if type_ == EventType.MESSAGE_DELTA:
             return self._delta(data)
         if type_ == EventType.MESSAGE:
@@ -180,6 +267,10 @@ class ResponseStream:
             self.seq = max(self.seq, int(data.get("to_id") or 0) * GAP_STRIDE)
         return []
 
+    def _in_progress(self) -> dict[str, Any]:
+        self.response["status"] = "in_progress"
+        return self._event("response.in_progress", response=self._snapshot())
+
     def _go_on(self) -> list[dict[str, Any]]:
         """A run that waited for approval goes on (its calls were decided): the response is
         in progress again, announced as a new one is."""
@@ -187,7 +278,7 @@ class ResponseStream:
         self.response["status"] = "in_progress"
         self.response.pop("completed_at", None)
         created = self._event("response.created", response=self._snapshot())
-        return [created, self._event("response.in_progress", response=self._snapshot())]
+        return [created, self._in_progress()]
 
     def _delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         delta = data.get("delta")
@@ -211,16 +302,10 @@ class ResponseStream:
         return out
 
     def _open_text(self, index: int) -> list[dict[str, Any]]:
-        item = {
-            "id": self._item_id("msg"),
-            "type": "message",
-            "role": "assistant",
-            "status": "in_progress",
-            "content": [],
-        }
+        item = message_item(self._item_id("msg"), "in_progress", [])
         self._open = {"index": index, "item": item, "at": len(self.response["output"]), "text": ""}
         self.response["output"].append(item)
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        part = text_part("")
         at = self._open["at"]
         return [
             self._event("response.output_item.added", output_index=at, item=dict(item)),
@@ -248,7 +333,7 @@ class ResponseStream:
         assert self._open is not None
         opened, self._open = self._open, None
         item, at = opened["item"], opened["at"]
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        part = text_part(text)
         item["content"] = [part]
         item["status"] = status
         return [
@@ -300,16 +385,8 @@ class ResponseStream:
         return out
 
     def _function_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
-        fn = call.get("function") or {}
-        arguments = str(fn.get("arguments") or "")
-        item = {
-            "id": self._item_id("fc"),
-            "type": "function_call",
-            "call_id": str(call.get("id")),
-            "name": str(fn.get("name")),
-            "arguments": "",
-            "status": "in_progress",
-        }
+        arguments = call_arguments(call)
+        item = function_call_item(self._item_id("fc"), call, "")
         at = len(self.response["output"])
         self.response["output"].append(item)
         out = [self._event("response.output_item.added", output_index=at, item=dict(item))]
@@ -342,6 +419,7 @@ class ResponseStream:
         params = action.get("parameters", action.get("arguments"))
         failed = bool(result.get("errmsg")) or result.get("state") not in (0, None)
         item: dict[str, Any]
+        out: list[dict[str, Any]] = []
         if name.split(".")[0] in PYTHON_TOOLS:
             code = params.get("command") if isinstance(params, dict) else params
             if isinstance(params, dict) and code is None:
@@ -356,6 +434,7 @@ class ResponseStream:
             }
         else:
             label, _, tool = name.rpartition(".")
+            out = self._list_tools(label)  # first: the item ids follow the output's order
             item = {
                 "id": self._item_id("mcp"),
                 "type": "mcp_call",
@@ -369,7 +448,33 @@ class ResponseStream:
         at = len(self.response["output"])
         self.response["output"].append(item)
         return [
+            *out,
             self._event("response.output_item.added", output_index=at, item=dict(item)),
+            self._event("response.output_item.done", output_index=at, item=dict(item)),
+        ]
+
+    def _list_tools(self, label: str) -> list[dict[str, Any]]:
+        """An ``mcp_list_tools`` item for the server ``label`` (once per response), if it is
+        one of the agent's MCP servers."""
+        listed = self._mcp.get(label)
+        if listed is None or label in self._listed:
+            return []
+        self._listed.add(label)
+        error = listed.get("error")
+        item = {
+            "id": self._item_id("mcpl"),
+            "type": "mcp_list_tools",
+            "server_label": label,
+            "tools": [dict(tool) for tool in listed.get("tools") or []],
+            "error": error,
+        }
+        at = len(self.response["output"])
+        self.response["output"].append(item)
+        ended = "response.mcp_list_tools.failed" if error else "response.mcp_list_tools.completed"
+        return [
+            self._event("response.output_item.added", output_index=at, item=dict(item)),
+            self._event("response.mcp_list_tools.in_progress", item_id=item["id"], output_index=at),
+            self._event(ended, item_id=item["id"], output_index=at),
             self._event("response.output_item.done", output_index=at, item=dict(item)),
         ]
 
@@ -377,6 +482,7 @@ class ResponseStream:
         out: list[dict[str, Any]] = []
         for call in calls:
             label, _, tool = str(call.get("name") or "").rpartition(".")
+            out += self._list_tools(label)
             item = {
                 "id": str(call.get("id")),
                 "type": "mcp_approval_request",
@@ -402,30 +508,11 @@ class ResponseStream:
             out += self._approval_items(data.get("tool_calls") or [])
             self.paused = True
         self.ended = True
-        response = self.response
-        response["status"] = status
-        response["usage"] = usage_of(run)
-        if status == "incomplete":
-            response["incomplete_details"] = {"reason": _STOP_INCOMPLETE[run["stop_reason"]]}
-        if status == "failed":
-            error = data.get("error") or run.get("error") or {}
-            lost = _LOST.get(str(run.get("stop_reason")))
-            message = f"{lost} while the response ran; it did not finish" if lost else None
-            response["error"] = {
-                "code": FAILED,
-                "message": str(error.get("message") or message or "the run failed"),
-            }
         finished = run.get("finished_at")
-        if finished and status != "in_progress":
-            response["completed_at"] = _timestamp(finished)
-        name = {
-            "completed": "response.completed",
-            "incomplete": "response.incomplete",
-        }.get(status, "response.failed")
+        at = _timestamp(finished) if finished else None
+        name = end_response(self.response, run, data.get("error"), at)
         return [*out, self._event(name, response=self._snapshot(final=True))]
 
 
 def _timestamp(iso: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

@@ -4,7 +4,9 @@ Input items (docs/responses.md, "Items"):
 
 - messages (``type: message`` or just a ``role``): ``system``, ``developer`` (a system message),
   ``user``, ``assistant``; content a string or parts (``input_text``, ``output_text``,
-  ``text``; other parts such as images are dropped with a logged note);
+  ``text``); ``input_image``, ``input_file`` and ``input_audio`` parts are a 400 naming the
+  part (the models served here read text only: nothing is dropped silently); other unknown
+  parts are dropped with a logged note;
 - ``function_call`` (an earlier call of the client's function) and ``function_call_output``
   (its result: a ``tool`` message with the call's ``call_id``);
 - ``mcp_approval_response`` (a decision about a waiting call: ``approvals``);
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "refusal")
 DROPPED_ITEMS = ("reasoning", "item_reference", "compaction")
+# Parts no model here can read (images, files, audio): a 400 naming the part, never dropped.
+UNREAD_PARTS = ("input_image", "input_file", "input_audio", "image_url", "file")
 
 
 @dataclass
@@ -69,21 +73,30 @@ def parts_text(content: Any, param: str) -> str:
             continue
         if not isinstance(part, dict):
             raise BadRequest("a content part must be an object", param=f"{param}[{i}]")
-        if part.get("type") in TEXT_PARTS:
+        kind = part.get("type")
+        if kind in TEXT_PARTS:
             texts.append(str(part.get("text") or part.get("refusal") or ""))
+        elif kind in UNREAD_PARTS:  # never lost silently: the client hears it at once
+            raise BadRequest(
+                f"{kind} parts are not supported: the models served here read text only "
+                "(send the content as input_text)",
+                param=f"{param}[{i}]",
+                code="not_supported",
+            )
         else:
             log.info("responses: content part %r dropped (not text)", part.get("type"))
     return "".join(texts)
 
 
-def parse_input(raw: str | list[dict[str, Any]]) -> Input:
-    """The request's ``input`` as chat messages (400 naming the item that cannot be read)."""
+def parse_input(raw: str | list[dict[str, Any]], field: str = "input") -> Input:
+    """The request's ``input`` (or a conversation's ``items``: ``field``) as chat messages
+    (400 naming the item that cannot be read)."""
     out = Input()
     if isinstance(raw, str):
         out.messages.append({"role": "user", "content": raw})
         return out
     for i, item in enumerate(raw):
-        param = f"input[{i}]"
+        param = f"{field}[{i}]"
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind == "message":
             role = ROLES.get(str(item.get("role")))

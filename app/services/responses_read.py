@@ -55,7 +55,9 @@ def base_of(response_id: str, created_at: int, meta: dict[str, Any], agent: str)
 def stream_of(run: Run, quiet: bool = False) -> ResponseStream:
     """A fresh mapper of ``run``'s events (``quiet``: for its Response only)."""
     meta = (run.options or {}).get("response") or {}
-    return ResponseStream(response_base(run), run.agent, bool(meta.get("hold")), quiet)
+    return ResponseStream(
+        response_base(run), run.agent, bool(meta.get("hold")), quiet, meta.get("mcp")
+    )
 
 
 async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:

@@ -2,99 +2,228 @@
 nothing is stored (no session, no run), as ``/v1/chat/completions`` answers a raw model.
 
 What Codex and other clients that resend their whole history send (``store: false``, no
-``previous_response_id``): the model call costs what a chat completion costs. The answer's
-items and events come from the same mapping as a stored run's (``ResponseStream``), fed the
-events such a run would log. The tenant's token budget is checked before and during the call
-and charged with its usage, as for stateless chat completions.
+``previous_response_id``): the model call costs what a chat completion costs, and so does
+the answer. Its items and events are the ones a stored run's log maps to (``ResponseStream``;
+the item builders and the end fields are ``responses_events``' own), built without the log:
+a whole answer is the Response built once from the reply (``whole_response``), a streamed one
+the events encoded as they go, the text deltas spliced into bytes encoded once
+(``stream_frames``). tests/app/test_responses_stateless.py checks both against the mapper.
+The tenant's token budget is checked before (``preflight_tenant``) and during the call and
+charged with its usage, as for stateless chat completions.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from typing import Any
 
-from agents.chat_agent import reply_message
+from agents.chat_agent import tool_call_entries
 from agents.llms.base import instructions_scope, usage_scope
-from agents.schema import AgentStatusCode
 from app.engines.base import ModelHandle
 from app.errors import public_error
+from app.models.encoded import dumps
 from app.ops.budget import RunBudget, budget_scope
-from app.runtime.messages import dump_message
 from app.schemas.responses import ResponseCreate
-from app.schemas.vocab import EventType
-from app.services.chat import preflight_tenant
 from app.services.responses import model_params, response_meta, sampling
-from app.services.responses_events import ResponseStream
+from app.services.responses_events import (
+    call_arguments,
+    end_response,
+    function_call_item,
+    message_item,
+    text_part,
+)
 from app.services.responses_input import Input
 from app.services.responses_read import base_of
 from app.state import AppState
 
-_STREAMING = int(AgentStatusCode.STREAM_ING)
+Budget = tuple[int | None, int]  # the tenant's limit (None: none) and what it used
+escape = json.encoder.encode_basestring  # C; a string as ``dumps`` writes it (UTF-8 kept)
+# A text delta's frame around its number, its item and its text (encoded once).
+_DELTA_HEAD = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    b'"sequence_number":'
+)
+_DELTA_TAIL = b',"logprobs":[]}\n\n'
 
 
-async def stateless_events(
+@dataclass(slots=True)
+class Answer:
+    """The model's reply, as it ends."""
+
+    text: str = ""
+    calls: list[dict[str, Any]] = field(default_factory=list)  # the backend's call entries
+    finish: str = "stop"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: dict[str, Any] | None = None  # the call failed (``public_error``)
+
+    def run(self) -> dict[str, Any]:
+        """What the mapper reads of a run's terminal event."""
+        if self.error is not None:
+            status, stop = "failed", "error"
+        else:
+            status, stop = "completed", "length" if self.finish == "length" else "end"
+        usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+        return {"status": status, "stop_reason": stop, "usage": usage}
+
+
+def new_response(req: ResponseCreate, response_id: str) -> dict[str, Any]:
+    """The Response before the model runs (in progress)."""
+    return base_of(response_id, int(time.time()), response_meta(req, None, None), req.model)
+
+
+async def generate(
+    state: AppState,
+    tenant_id: str,
+    handle: ModelHandle,
+    req: ResponseCreate,
+    inp: Input,
+    budget: Budget,
+    answer: Answer,
+) -> AsyncIterator[str]:
+    """Run the model: its text deltas as they come; ``answer`` gets the whole reply, its
+    usage, and the error that ended it (the response then fails). Closing the iterator stops
+    the model call; the tenant is charged either way."""
+    limit, used = budget
+    params = {**sampling(req), **model_params(req)}
+    # A tenant's budget: each call reserved and settled in the database (app.ops.token_holds).
+    meter = state.tenant_usage.calls(tenant_id) if limit is not None else None
+    with usage_scope() as usage, ExitStack() as scopes:
+        if limit is not None:
+            run_budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used, meter=meter)
+            scopes.enter_context(budget_scope(run_budget))
+        scopes.enter_context(instructions_scope(req.instructions))
+        try:
+            async for delta in handle.llm.astream(inp.messages, **params):
+                if delta.extra:
+                    answer.calls += delta.extra.get("tool_calls") or []
+                answer.finish = delta.finish_reason or answer.finish
+                if delta.text:
+                    answer.text += delta.text
+                    yield delta.text
+        except Exception as exc:
+            answer.error = public_error(exc)
+        finally:
+            answer.prompt_tokens = usage.prompt_tokens
+            answer.completion_tokens = usage.completion_tokens
+            if meter is None:  # (a metered call was charged when it ended)
+                await state.tenant_usage.charge(
+                    tenant_id, usage.total_tokens, limited=limit is not None
+                )
+
+
+def _calls(answer: Answer, req: ResponseCreate) -> list[dict[str, Any]]:
+    """The reply's function calls (none when it failed: its reply never ended)."""
+    if answer.error is not None or not answer.calls:
+        return []
+    return tool_call_entries(answer.calls, req.parallel_tool_calls)
+
+
+async def whole_response(
     state: AppState,
     tenant_id: str,
     handle: ModelHandle,
     req: ResponseCreate,
     inp: Input,
     response_id: str,
-    quiet: bool = False,
-) -> AsyncIterator[dict[str, Any]]:
-    """The response's stream events (the last one terminal, with the Response); the model
-    runs as they are read (closing the iterator stops the model call). ``quiet``: only the
-    terminal event's Response is wanted."""
-    limit, used = await preflight_tenant(state, tenant_id)  # 429 before anything runs
-    meta = response_meta(req, None, None)
-    base = base_of(response_id, int(time.time()), meta, req.model)
-    stream = ResponseStream(base, req.model, False, quiet)
-    for event in stream.feed(EventType.RUN_CREATED, {"run": {"status": "running"}}):
-        yield event
-    params = {**sampling(req), **model_params(req)}
-    text, finish = "", "stop"
-    calls: list[dict[str, Any]] = []
-    with usage_scope() as usage, ExitStack() as scopes:
-        if limit is not None:
-            budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used)
-            scopes.enter_context(budget_scope(budget))
-        scopes.enter_context(instructions_scope(req.instructions))
-        try:
-            async for delta in handle.llm.astream(inp.messages, **params):
-                calls += delta.extra.get("tool_calls") or []
-                finish = delta.finish_reason or finish
-                if delta.text:
-                    text += delta.text
-                    data = {"index": 0, "sender": req.model, "delta": delta.text,
-                            "stream_state": _STREAMING}  # fmt: skip
-                    for event in stream.feed(EventType.MESSAGE_DELTA, data):
-                        yield event
-        except Exception as exc:
-            run = _run("failed", "error", usage.prompt_tokens, usage.completion_tokens)
-            data = {"run": run, "error": public_error(exc)}
-            for event in stream.feed(EventType.RUN_FAILED, data):
-                yield event
-            return
-        finally:
-            await state.tenant_usage.charge(
-                tenant_id, usage.total_tokens, limited=limit is not None
-            )
-    reply = reply_message(req.model, text, calls, req.parallel_tool_calls)
-    for event in stream.feed(EventType.MESSAGE, {"index": 0, "message": dump_message(reply)}):
-        yield event
-    stop = "length" if finish == "length" else "end"
-    run = _run("completed", stop, usage.prompt_tokens, usage.completion_tokens)
-    for event in stream.feed(EventType.RUN_COMPLETED, {"run": run}):
-        yield event
+    budget: Budget,
+) -> dict[str, Any]:
+    """The Response, built once from the reply (no events)."""
+    response = new_response(req, response_id)
+    answer = Answer()
+    async for _ in generate(state, tenant_id, handle, req, inp, budget, answer):
+        pass
+    suffix, output = response_id.removeprefix("resp_"), response["output"]
+    if answer.text:
+        status = "completed" if answer.error is None else "incomplete"
+        output.append(message_item(f"msg_{suffix}_0", status, [text_part(answer.text)]))
+    for call in _calls(answer, req):
+        item = function_call_item(f"fc_{suffix}_{len(output)}", call, call_arguments(call))
+        item["status"] = "completed"
+        output.append(item)
+    end_response(response, answer.run(), answer.error, time.time())
+    return response
 
 
-def _run(status: str, stop: str, prompt: int, completion: int) -> dict[str, Any]:
-    """What the mapper reads of a run's terminal event."""
-    return {
-        "status": status,
-        "stop_reason": stop,
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
-        "finished_at": datetime.now(UTC).isoformat(),
-    }
+def _frame(type_: str, seq: int, fields: dict[str, Any]) -> bytes:
+    """One SSE frame of an event (what ``sse.frame(dumps(event), event=type)`` writes)."""
+    event = {"type": type_, "sequence_number": seq, **fields}
+    return b"event: %s\ndata: %s\n\n" % (type_.encode(), dumps(event))
+
+
+async def stream_frames(
+    state: AppState,
+    tenant_id: str,
+    handle: ModelHandle,
+    req: ResponseCreate,
+    inp: Input,
+    response_id: str,
+    budget: Budget,
+) -> AsyncIterator[bytes]:
+    """The response's stream as SSE frames: OpenAI's events, as ``ResponseStream`` maps a run
+    of the raw model; the model runs as they are read."""
+    response = new_response(req, response_id)
+    suffix, output = response_id.removeprefix("resp_"), response["output"]
+    snapshot = dumps(response)  # created and in progress: the same Response
+    yield b"".join(
+        b'event: %s\ndata: {"type":"%s","sequence_number":%d,"response":%s}\n\n'
+        % (type_, type_, seq, snapshot)
+        for seq, type_ in enumerate((b"response.created", b"response.in_progress"))
+    )
+    seq = 1
+    answer = Answer()
+    item_id = f"msg_{suffix}_0"
+    where = b',"item_id":"%s","output_index":0,"content_index":0,"delta":' % item_id.encode()
+    # Events made together are sent together (one write: each goes through the middleware).
+    async for text in generate(state, tenant_id, handle, req, inp, budget, answer):
+        opening = b""
+        if not output:  # the message opens with its first text
+            item = message_item(item_id, "in_progress", [])
+            output.append(item)
+            part = {"item_id": item_id, "output_index": 0, "content_index": 0,
+                    "part": text_part("")}  # fmt: skip
+            opening = _frame(
+                "response.output_item.added", seq + 1, {"output_index": 0, "item": item}
+            ) + _frame("response.content_part.added", seq + 2, part)
+            seq += 2
+        seq += 1
+        yield b"%s%s%d%s%s%s" % (
+            opening,
+            _DELTA_HEAD,
+            seq,
+            where,
+            escape(text).encode(),
+            _DELTA_TAIL,
+        )
+    frames: list[bytes] = []  # the end, sent at once
+    add = frames.append
+    if output:  # the message ends: completed, or incomplete when the call failed
+        part = text_part(answer.text)
+        item = message_item(item_id, "completed" if answer.error is None else "incomplete", [part])
+        output[0] = item
+        at = {"item_id": item_id, "output_index": 0, "content_index": 0}
+        add(_frame("response.output_text.done", seq + 1,
+                   {**at, "text": answer.text, "logprobs": []}))  # fmt: skip
+        add(_frame("response.content_part.done", seq + 2, {**at, "part": part}))
+        add(_frame("response.output_item.done", seq + 3, {"output_index": 0, "item": item}))
+        seq += 3
+    for call in _calls(answer, req):
+        index, arguments = len(output), call_arguments(call)
+        item = function_call_item(f"fc_{suffix}_{index}", call, "")
+        add(_frame("response.output_item.added", seq + 1, {"output_index": index, "item": item}))
+        at = {"item_id": item["id"], "output_index": index}
+        add(_frame("response.function_call_arguments.delta", seq + 2,
+                   {**at, "delta": arguments}))  # fmt: skip
+        item = {**item, "arguments": arguments, "status": "completed"}
+        output.append(item)
+        add(_frame("response.function_call_arguments.done", seq + 3,
+                   {**at, "name": item["name"], "arguments": arguments}))  # fmt: skip
+        add(_frame("response.output_item.done", seq + 4, {"output_index": index, "item": item}))
+        seq += 4
+    terminal = end_response(response, answer.run(), answer.error, time.time())
+    add(_frame(terminal, seq + 1, {"response": response}))
+    yield b"".join(frames)

@@ -1,8 +1,10 @@
 """The floor for a Python gateway: bare FastAPI validating a chat request and echoing it.
 
-``uvicorn bench.baselines.echo:app`` — POST /v1/chat/completions answers a ``chat.completion``
-whose content is the last user message (what the scripted model does without replies), with
-word-count usage, so the response has the same shape and size as the gateway's. With
+``uvicorn bench.baselines.echo:app`` — POST /v1/chat/completions validates the body as the
+gateway does (its ``ChatCompletionRequest``, declared as the route's body: FastAPI parses and
+validates it) and answers a ``chat.completion`` whose content is the last user message (what
+the scripted model does without replies), with word-count usage, so the response has the same
+shape and size as the gateway's. With
 ``"stream": true`` it streams the words as ``chat.completion.chunk`` events, pausing
 ``BENCH_CHUNK_DELAY_S`` (default 0.05) between them, as the scripted model does.
 """
@@ -16,44 +18,19 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
+
+from app.schemas.openai import ChatCompletionRequest
 
 CHUNK_DELAY_S = float(os.environ.get("BENCH_CHUNK_DELAY_S", "0.05"))
 
 
-class ChatMessage(BaseModel):
-    """One OpenAI chat message (unknown fields ignored, as the gateway does)."""
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-
-
-class ChatRequest(BaseModel):
-    """The OpenAI chat completion request fields a gateway validates."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str
-    messages: list[ChatMessage]
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    n: int = 1
-    seed: int | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
-    user: str | None = None
+# The gateway's own request model: the echo validates the same request, field for field
+# (strict types, bounds, per-role message rules), as a declared FastAPI body.
+ChatRequest = ChatCompletionRequest
 
 
 app = FastAPI()
@@ -97,6 +74,7 @@ async def chat(req: ChatRequest) -> dict[str, Any] | StreamingResponse:
                 "index": 0,
                 "message": {"role": "assistant", "content": content},
                 "finish_reason": "stop",
+                "logprobs": None,
             }
         ],
         "usage": {

@@ -271,3 +271,25 @@ async def test_abandoned_stream_stores_no_reply() -> None:
     assert first.stream_state == STREAM_ING
     await stream.aclose()  # type: ignore[attr-defined]
     assert [m.sender for m in agent.memory.get_memory()] == ["user"]  # type: ignore[union-attr]
+
+
+async def test_the_reply_returned_is_apart_from_the_one_in_memory() -> None:
+    """Changing the reply a call returns never changes the session's memory: a plain text
+    reply (copied shallowly) and one whose fields hold containers (copied deeply)."""
+
+    class Structured(AsyncAgent):
+        async def forward(
+            self, *message: AgentMessage, session_id: Any = 0, **kwargs: Any
+        ) -> AgentMessage:
+            return AgentMessage(sender=self.name, content={"items": [1]}, formatted={"k": [2]})
+
+    plain = AsyncAgent(ScriptedLLM(["hello"]))
+    reply = await plain("hi", session_id="s")
+    reply.content = "changed"
+    assert [m.content for m in plain.memory.get_memory("s")] == ["hi", "hello"]  # type: ignore[union-attr]
+    structured = Structured()
+    reply = await structured("hi", session_id="s")
+    reply.content["items"].append(3)
+    reply.formatted["k"].append(4)
+    stored = structured.memory.get_memory("s")[-1]  # type: ignore[union-attr]
+    assert (stored.content, stored.formatted) == ({"items": [1]}, {"k": [2]})

@@ -4,6 +4,7 @@ with no connection left, or a stale heartbeat: fenced), and a draining replica."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -154,3 +155,35 @@ async def _row(state: Any, run_id: str) -> Run:
         row: Run | None = await db.get(Run, run_id)
         assert row is not None
         return row
+
+
+async def test_the_heartbeat_thread_beats_as_of_the_event_loops_last_tick(
+    pg_app: tuple[FastAPI, httpx.AsyncClient, str],
+) -> None:
+    # The heartbeat comes from a thread with its own connection, so a busy event loop (here
+    # blocked 0.3 s at a time, as a starved loop is) does not delay it; but it says "alive as
+    # of the loop's last tick", so a loop that stops ticking (hung) looks dead after the TTL
+    # although the thread and its connection live on.
+    app, _c, _url = pg_app
+    liveness = app.state.agentstation.liveness
+    fleet = liveness.fleet
+    tick = {"at": time.monotonic()}
+    beat = fleet.heartbeat_thread("hb-1")
+    assert beat is not None
+    beat.start(lambda: "live", lambda: tick["at"], 0.1)
+    try:
+        for _ in range(12):  # ~3.6 s of a busy loop that still ticks between its blocks
+            tick["at"] = time.monotonic()
+            time.sleep(0.3)  # noqa: ASYNC251 (the point: a blocked event loop)
+            assert "hb-1" not in {d.id for d in await fleet.dead_replicas("me", 2.0)}
+        tick["at"] = time.monotonic()  # then the loop hangs: no tick any more
+        dead: list[Any] = []
+        for _ in range(100):
+            dead = [d for d in await fleet.dead_replicas("me", 2.0) if d.id == "hb-1"]
+            if dead:
+                break
+            await asyncio.sleep(0.1)
+        assert dead and dead[0].stale  # stale although connected: fenced by a live replica
+        assert time.monotonic() - tick["at"] >= 2.0
+    finally:
+        await asyncio.to_thread(beat.stop)

@@ -25,6 +25,21 @@ def _connect(page: Any) -> None:
     expect(page.locator("#conn")).to_contain_text("connected")
 
 
+def _first_turn(page: Any, message: str) -> str:
+    """Connect, open a new session of `coder`, send ``message``, wait for the run; its id."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    _connect(page)
+    page.locator("#agent-list button", has_text="coder").click()
+    page.click("#session-new")
+    expect(page.locator("#composer-input")).to_be_focused()
+    page.keyboard.type(message)
+    page.keyboard.press("Enter")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    return str(page.evaluate("window.playground.state.session"))
+
+
 def test_the_defects_are_fixed(server: str) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -104,21 +119,15 @@ def test_the_icon(server: str) -> None:
 def test_sessions_are_named_renamed_and_deleted(page: Any, server: str) -> None:
     from playwright.sync_api import expect
 
-    expect.set_options(timeout=20_000)
-    _connect(page)
-    page.locator("#agent-list button", has_text="coder").click()
-    page.click("#session-new")
-    expect(page.locator("#composer-input")).to_be_focused()
-    page.keyboard.type("Primes below fifty, please\nand their product")
-    page.keyboard.press("Enter")
-    expect(page.locator("#run-status")).to_have_text("completed")
+    sid = _first_turn(page, "Primes below fifty, please\nand their product")
     # Named by its first message's first line; the id on hover; kept on the server.
     item = page.locator("#session-list li.session").first
     expect(item.locator(".session-open")).to_contain_text("Primes below fifty, please")
-    sid = page.evaluate("window.playground.state.session")
     assert item.locator(".session-open").get_attribute("title") == sid
     expect(page.locator("#chat-title")).to_contain_text("coder / Primes below fifty, please")
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as http:
         assert http.get(f"/v1/sessions/{sid}").json()["metadata"] == {
             "title": "Primes below fifty, please"
         }
@@ -156,17 +165,9 @@ def test_a_slow_list_load_does_not_bring_a_deleted_session_back(page: Any, serve
     deleted (or renamed) a session, and it must not put the old list back."""
     from playwright.sync_api import expect
 
-    expect.set_options(timeout=20_000)
-    _connect(page)
-    page.locator("#agent-list button", has_text="coder").click()
-    page.click("#session-new")
-    expect(page.locator("#composer-input")).to_be_focused()
-    page.keyboard.type("keep me briefly")
-    page.keyboard.press("Enter")
-    expect(page.locator("#run-status")).to_have_text("completed")
+    sid = _first_turn(page, "keep me briefly")
     item = page.locator("#session-list li.session").first
     expect(item.locator(".session-open")).to_contain_text("keep me briefly")
-    sid = page.evaluate("window.playground.state.session")
     mine = page.locator(f"#session-list .session-open[title='{sid}']")
 
     held: list[Any] = []  # list loads held back in the browser
@@ -189,7 +190,9 @@ def test_a_slow_list_load_does_not_bring_a_deleted_session_back(page: Any, serve
     page.unroute("**/v1/sessions?*")
     page.wait_for_timeout(500)
     expect(mine).to_have_count(0)
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as http:
         assert http.get(f"/v1/sessions/{sid}").status_code == 404
 
 
@@ -220,7 +223,9 @@ def test_tools_mcp_servers_and_approval_in_the_form(page: Any, server: str) -> N
     shot(page, "22-tools-form")
     page.click("#agent-save")
     expect(page.locator("#agent-msg")).to_contain_text("saved formbot v1")
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as http:
         spec = http.get("/v1/agents/formbot").json()["spec"]
         assert [(t["name"], t["config"]) for t in spec["tools"]] == [
             ("IPythonInteractive", {}),
@@ -251,7 +256,9 @@ def test_agent_versions_shown_and_rolled_back(page: Any, server: str) -> None:
     from playwright.sync_api import expect
 
     expect.set_options(timeout=20_000)
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as http:
         first = {"name": "verse", "spec": {"kind": "agent", "model": "poet"}}
         assert http.post("/v1/agents", json=first).status_code == 201
         second = {"spec": {"kind": "agent", "model": "slow", "system_prompt": "Count."}}

@@ -11,6 +11,8 @@ import httpx
 import openai
 import pytest
 from fastapi import FastAPI
+from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -37,15 +39,21 @@ def valid(body: dict[str, Any]) -> Response:
 
 
 def valid_events(text: str) -> list[dict[str, Any]]:
-    """An SSE body's events, each validated; ``event:`` names the type; numbers increase."""
-    events = []
+    """An SSE body's events, each validated; ``event:`` names the type; numbers increase; a
+    whole stream (from ``response.created``) also passes the ``openai`` package's own
+    stream accumulator (``ResponseStreamState``: its order and identity rules)."""
+    events, parsed = [], []
     for frame in parse_sse(text):
         data = frame["data"]
-        EVENTS.validate_python(data)
+        parsed.append(EVENTS.validate_python(data))
         assert frame["event"] == data["type"]
         events.append(data)
     numbers = [e["sequence_number"] for e in events]
     assert numbers == sorted(set(numbers)), numbers
+    if events and events[0]["type"] == "response.created":
+        state: ResponseStreamState[Any] = ResponseStreamState(input_tools=omit, text_format=omit)
+        for event in parsed:
+            state.handle_event(event)
     return events
 
 
@@ -187,6 +195,39 @@ async def test_developer_messages_and_parts(app: FastAPI, client: httpx.AsyncCli
     # store: false: nothing retrievable.
     gone = await client.get(f"/v1/responses/{raw.json()['id']}")
     assert gone.status_code == 404
+
+
+async def test_image_and_file_inputs_are_refused_by_name(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    """The models served here read text: an image or a file in the input is a 400 naming the
+    part (never silently dropped), in a response, a stateless one, and a conversation."""
+    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+    pdf = "data:application/pdf;base64,JVBERi0="
+    document = {"type": "input_file", "filename": "a.pdf", "file_data": pdf}
+    text = {"type": "input_text", "text": "What is this?"}
+    for store in (True, False):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await oai.responses.create(
+                model="echo", store=store,
+                input=[{"role": "user", "content": [text, image]}],  # type: ignore[list-item]
+            )  # fmt: skip
+        assert refused.value.code == "not_supported"
+        assert refused.value.body["param"] == "input[0].content[1]"  # type: ignore[index]
+        assert "input_image" in str(refused.value)
+    output: Any = {"type": "function_call_output", "call_id": "c1", "output": [document]}
+    call: Any = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    with pytest.raises(openai.BadRequestError) as file:
+        await oai.responses.create(model="echo", input=[call, output])
+    assert file.value.body["param"] == "input[1].output[0]"  # type: ignore[index]
+    assert "input_file" in str(file.value)
+    conversation = await client.post(
+        "/v1/conversations", json={"items": [{"role": "user", "content": [image]}]}
+    )
+    assert conversation.status_code == 400
+    assert conversation.json()["error"]["param"] == "items[0].content[0]"
+    # Nothing was stored by the refused requests.
+    assert (await client.get("/v1/sessions")).json()["data"] == []
 
 
 async def test_stored_agent_as_model(client: httpx.AsyncClient) -> None:

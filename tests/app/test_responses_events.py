@@ -91,11 +91,12 @@ def test_a_cancelled_run_is_a_cancelled_response() -> None:
     ]
     mapper = stream()
     events = feed(mapper, log)
-    assert [e["type"] for e in events] == [
+    assert [e["type"] for e in events] == [  # cancelled in the queue: never in progress
         "response.created",
-        "response.in_progress",
+        "response.queued",
         "response.failed",
     ]
     assert events[0]["response"]["status"] == "queued"
+    assert events[1]["response"]["status"] == "queued"
     assert events[-1]["response"]["status"] == "cancelled"
     assert events[-1]["response"]["error"] is None

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import sqlalchemy as sa
@@ -18,7 +19,7 @@ from app.db.models import Session
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import MODELS
-from tests.app.test_responses import client_for, valid
+from tests.app.test_responses import client_for, valid, valid_events
 
 WEATHER = {
     "type": "function",
@@ -165,6 +166,35 @@ async def test_background_polls_and_cancels(oai: openai.AsyncOpenAI) -> None:
     events = [e async for e in await oai.responses.retrieve(running.id, stream=True)]
     assert events[-1].type == "response.failed"
     assert events[-1].response.status == "cancelled"  # type: ignore[union-attr]
+
+
+async def test_a_background_response_that_waits_streams_response_queued(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    """A chain's next response waits for the one before: OpenAI's order for a queued
+    response, ``response.created`` and ``response.queued`` (status ``queued``), then
+    ``response.in_progress`` when it starts, then its output."""
+    first = await oai.responses.create(model="slow", input="go", background=True)
+    waiting = await oai.responses.create(
+        model="slow", input="again", background=True, previous_response_id=first.id
+    )
+    assert waiting.status == "queued"
+    raw = await client.get(f"/v1/responses/{waiting.id}", params={"stream": "true"})
+    events = valid_events(raw.text)
+    types = [e["type"] for e in events]
+    assert types[:4] == [
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.output_item.added",
+    ]
+    assert [e["response"]["status"] for e in events[:3]] == [
+        "queued",
+        "queued",
+        "in_progress",
+    ]
+    assert types[-1] == "response.completed"
+    assert (await oai.responses.retrieve(first.id)).status == "completed"  # it ran first
 
 
 async def test_background_stream_resumes_mid_way(oai: openai.AsyncOpenAI) -> None:

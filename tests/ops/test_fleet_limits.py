@@ -9,23 +9,36 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
+from agents.llms.base import Usage
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.ops.budget_store import set_tenant_budget
 from app.ops.ratelimit import RateLimit
 from app.ops.shared_limits import FleetLimiter, PgRateLimiter
+from app.ops.token_holds import TokenMeter
 from app.services.auth import ensure_tenant
-from tests.app.conftest import KEY_A, KEY_B, make_settings, migrated_pg_database
+from tests.app.conftest import (
+    KEY_A,
+    KEY_B,
+    MODELS,
+    make_agent,
+    make_session,
+    make_settings,
+    migrated_pg_database,
+)
 
 
 class FrozenClock:
@@ -39,11 +52,18 @@ class FrozenClock:
 
 
 async def _fleet(
-    url: str, rate: str, n: int, clock: FrozenClock | None, stack: AsyncExitStack
+    url: str,
+    rate: str,
+    n: int,
+    clock: FrozenClock | None,
+    stack: AsyncExitStack,
+    **settings: Any,
 ) -> list[FastAPI]:
     apps = []
     for _ in range(n):
-        app = create_app(make_settings(url, rate_limit=rate, db_pool_size=8, db_max_overflow=2))
+        app = create_app(
+            make_settings(url, rate_limit=rate, db_pool_size=8, db_max_overflow=2, **settings)
+        )
         limiter = app.state.ops.limiter
         assert isinstance(limiter, FleetLimiter)
         limiter.clock = clock
@@ -156,6 +176,108 @@ async def test_tenant_token_budget_is_one_count_for_the_fleet(pg_url: str) -> No
     refused = answers[admitted:]
     assert {r.json()["error"]["code"] for r in refused} == {"budget_exceeded"}
     assert len({str(r.request.url.host) for r in refused}) == 3  # every replica refuses
+
+
+# One model call a turn, long enough (8 words, 20 ms apart) for the turns' calls to overlap.
+STEADY = {
+    "name": "steady",
+    "backend": "scripted",
+    "replies": ["one two three four five six seven eight"],
+    "cycle": "model",
+    "chunk_delay_s": 0.02,
+}
+
+
+async def _tenant_counts(url: str) -> tuple[int, int, int, int]:
+    """(tokens_used, tokens_held, holds left, tokens of every run) of tenant ``a``."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            used, held = (
+                await conn.execute(
+                    sa.text("SELECT tokens_used, tokens_held FROM tenants WHERE id = 'a'")
+                )
+            ).one()
+            holds = await conn.scalar(sa.text("SELECT count(*) FROM token_holds"))
+            runs = await conn.scalar(
+                sa.text(
+                    "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM runs "
+                    "WHERE tenant_id = 'a'"
+                )
+            )
+    finally:
+        await engine.dispose()
+    return int(used), int(held), int(holds or 0), int(runs or 0)
+
+
+@pytest.mark.postgres
+async def test_concurrent_turns_on_three_replicas_do_not_overspend_a_tenant_budget(
+    pg_url: str,
+) -> None:
+    # 12 sessions send a turn at once, spread over three replicas; each turn's one model call
+    # uses ~14 tokens and the tenant may spend 60. Each replica read "0 used" at admission, so
+    # counting at the runs' end let all 12 spend (~170 tokens); reserved call by call in the
+    # database, calls start only while the fleet's count has room, and the count is exact.
+    budget = 60
+    engine = create_async_engine(pg_url)
+    async with AsyncSession(engine) as db, db.begin():
+        await ensure_tenant(db, "a")
+        await set_tenant_budget(db, "a", budget)
+    await engine.dispose()
+    models = json.dumps([*MODELS, STEADY])
+    async with AsyncExitStack() as stack:
+        apps = await _fleet(pg_url, "1000/minute", 3, None, stack, models=models)
+        clients = await _clients(apps, KEY_A, stack)
+        await make_agent(clients[0], "counter", model="steady")
+        sessions = [await make_session(clients[i % 3], "counter") for i in range(12)]
+        answers = await asyncio.gather(
+            *(
+                clients[i % 3].post(f"/v1/sessions/{sid}/messages", json={"message": "count"})
+                for i, sid in enumerate(sessions)
+            )
+        )
+    ran = [r.json()["run"] for r in answers if r.status_code == 200]
+    refused = [r for r in answers if r.status_code != 200]
+    assert all(r.status_code == 429 for r in refused), [r.text for r in refused]
+    assert {r.json()["error"]["code"] for r in refused} <= {"budget_exceeded"}
+    spent = [run for run in ran if run["usage"]["total_tokens"] > 0]
+    stopped = [run for run in ran if run["stop_reason"] == "budget_exceeded"]
+    per_call = max(run["usage"]["total_tokens"] for run in spent)
+    assert all(run["usage"]["total_tokens"] == 0 for run in stopped)  # refused before calling
+    assert len(spent) <= budget // per_call + 1 and len(refused) + len(stopped) > 0
+    used, held, holds, runs = await _tenant_counts(pg_url)
+    assert used == runs == sum(run["usage"]["total_tokens"] for run in ran)  # counted once
+    assert held == 0 and holds == 0  # every hold given back
+    # Every call started while the fleet's count was under the budget: at most the last one
+    # crossed it (as on a single replica).
+    assert used - per_call < budget <= used
+
+
+@pytest.mark.postgres
+async def test_a_dead_replicas_token_holds_are_given_back(pg_url: str) -> None:
+    engine = create_async_engine(pg_url)
+    async with AsyncSession(engine) as db, db.begin():
+        await ensure_tenant(db, "a")
+        await set_tenant_budget(db, "a", 1000)
+    sessions = async_sessionmaker(engine)
+    try:
+        gone = TokenMeter(sessions, "gone-replica")
+        hold = await gone.reserve("a", 700)
+        assert (await _tenant_counts(pg_url))[1:3] == (700, 1)
+        # A call that does not fit next to the dead replica's hold waits for it ...
+        waiting = asyncio.create_task(TokenMeter(sessions, "live").reserve("a", 400))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        # ... until a live replica gives the holds of replicas without a row back.
+        assert await TokenMeter(sessions, "live").release_unowned() == 1
+        second = await asyncio.wait_for(waiting, 10)
+        assert (await _tenant_counts(pg_url))[1:3] == (400, 1)
+        # The dead call's tokens, if it ever reports them, still count (its hold is gone).
+        await gone.settle(hold, Usage(prompt_tokens=30, completion_tokens=20))
+        await TokenMeter(sessions, "live").settle(second, Usage(100, 0))
+        assert (await _tenant_counts(pg_url))[:3] == (150, 0, 0)
+    finally:
+        await engine.dispose()
 
 
 async def test_an_unreachable_database_falls_back_to_counting_per_replica() -> None:

@@ -233,7 +233,13 @@ async def test_the_upstream_model_server_gets_the_trace_context(
         streamed = events["run.created"]["run"]["trace_id"]
         assert streamed and streamed != run["trace_id"]  # a trace per request (no traceparent)
         assert events["run.completed"]["run"]["trace_id"] == streamed
+        # A raw request to the model: its chat span is the upstream's parent too.
+        raw = {"model": "remote", "messages": [{"role": "user", "content": "raw"}]}
+        assert (await client.post("/v1/chat/completions", json=raw)).status_code == 200
         spans = _finished(application, exporter)
+    raw_chat = [s for s in spans if s.name == "chat remote"][-1]
+    raw_parent = server.requests[-1]["headers"]["traceparent"].split("-")[1:3]
+    assert tuple(raw_parent) == _hex(raw_chat)
     chat = _one([s for s in spans if _hex(s)[0] == run["trace_id"]], "chat remote")
     trace_id, span_id = _hex(chat)
     assert run["trace_id"] == trace_id
@@ -329,3 +335,48 @@ async def test_a_sampled_out_client_trace_records_nothing(
         assert resp.json()["message"]["content"] == "The critic agrees."
         spans = _finished(application, exporter)
     assert [s.name for s in spans if _hex(s)[0] == CLIENT_TRACE] == []
+
+
+async def test_a_raw_model_request_is_a_chat_span_of_its_request(
+    exporter: InMemorySpanExporter, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    # /v1/chat/completions with a model's name (no agent) is no run, but it is a model call:
+    # a ``chat {model}`` span under the request's span, whole or streamed.
+    clean_env.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    body = {
+        "model": "poet",
+        "messages": [{"role": "user", "content": "a poem please"}],
+        "max_tokens": 20,
+        "temperature": 0.5,
+    }
+    traceparent = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
+    async for application, client in _client(tmp_path, []):
+        whole = await client.post(
+            "/v1/chat/completions", json=body, headers={"traceparent": traceparent}
+        )
+        assert whole.status_code == 200, whole.text
+        streamed = await client.post("/v1/chat/completions", json={**body, "stream": True})
+        assert streamed.status_code == 200, streamed.text
+        spans = _finished(application, exporter)
+    chats = [s for s in spans if s.name == "chat poet"]
+    assert len(chats) == 2
+    usage = whole.json()["usage"]
+    for chat in chats:
+        request = _parent(chat, spans)
+        assert request is not None and request.name == "POST /v1/chat/completions"
+        attributes = dict(chat.attributes or {})
+        assert attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.provider.name"] == "scripted"
+        assert attributes["gen_ai.request.model"] == "poet"
+        assert attributes["gen_ai.request.max_tokens"] == 20
+        assert attributes["gen_ai.request.temperature"] == 0.5
+        assert attributes["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
+        assert attributes["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
+        assert tuple(attributes["gen_ai.response.finish_reasons"]) == ("stop",)
+        assert "a poem please" in str(attributes["gen_ai.input.messages"])
+        output = str(attributes["gen_ai.output.messages"])
+        assert "Roses are red." in output or "Violets are blue." in output  # one reply each
+    first, second = sorted(chats, key=lambda s: s.start_time or 0)
+    assert _hex(first)[0] == CLIENT_TRACE  # the client's trace continues
+    assert _hex(second)[0] != CLIENT_TRACE
+    assert [e.name for e in second.events] == ["gen_ai.first_token"]  # streamed: TTFT

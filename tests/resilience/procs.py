@@ -64,6 +64,10 @@ class Service:
             AGENTSTATION_EVENT_FLUSH_S="0.05",
             AGENTSTATION_LOG_LEVEL="WARNING",
         )
+        # The service runs this checkout's code, not the one the shared venv's editable
+        # install points at (a git worktree of the repository).
+        root = str(Path(__file__).resolve().parents[2])
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, self.env.get("PYTHONPATH")]))
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60) -> Service:

@@ -12,6 +12,11 @@ session locks and fails its writes. SQLite serves one process: there is no other
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -19,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.base import utcnow
-from app.db.engine import APPLICATION_PREFIX
+from app.db.engine import APPLICATION_PREFIX, create_engine
 from app.db.models import Replica, Run, SessionKernel
 from app.runtime.store.writes import WriteGate
 from app.schemas.vocab import ACTIVE, CancelMode
@@ -28,6 +33,8 @@ REPLICAS = cast(sa.Table, Replica.__table__)
 KERNELS = cast(sa.Table, SessionKernel.__table__)
 # pg_stat_activity.application_name keeps at most 63 bytes.
 NAME_MAX = 63
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,9 +61,14 @@ class FleetStore:
         self.sessionmaker = sessionmaker
         self.writes = writes
 
-    async def beat(self, replica: str, state: str) -> None:
+    async def beat(self, replica: str, state: str, lag_s: float = 0.0) -> None:
         """This replica's heartbeat (inserts its row if it has none: at start, or after a
-        live replica took it for dead and removed it)."""
+        live replica took it for dead and removed it); ``lag_s``: how long ago its event loop
+        last made progress (the beat says "alive as of then")."""
+
+    def heartbeat_thread(self, replica: str) -> Heartbeat | None:
+        """A heartbeat from a thread of its own (None: nothing to beat, one process)."""
+        return None
 
     async def leave(self, replica: str) -> None:
         """This replica stops: its row goes."""
@@ -115,19 +127,30 @@ class FleetStore:
 class PgFleetStore(FleetStore):
     """``FleetStore`` on PostgreSQL: heartbeats with the database's clock."""
 
-    async def beat(self, replica: str, state: str) -> None:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        writes: WriteGate,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(sessionmaker, writes)
+        self.url = url  # the heartbeat thread's own connection
+
+    async def beat(self, replica: str, state: str, lag_s: float = 0.0) -> None:
+        at = sa.func.now() - sa.func.make_interval(0, 0, 0, 0, 0, 0, max(lag_s, 0.0))
         async with self.sessionmaker() as db, db.begin():
             done = await db.execute(
-                sa.update(REPLICAS)
-                .where(REPLICAS.c.id == replica)
-                .values(beat_at=sa.func.now(), state=state)
+                sa.update(REPLICAS).where(REPLICAS.c.id == replica).values(beat_at=at, state=state)
             )
             if not getattr(done, "rowcount", 0):
                 await db.execute(
                     sa.insert(REPLICAS).values(
-                        id=replica, state=state, started_at=sa.func.now(), beat_at=sa.func.now()
+                        id=replica, state=state, started_at=sa.func.now(), beat_at=at
                     )
                 )
+
+    def heartbeat_thread(self, replica: str) -> Heartbeat | None:
+        return Heartbeat(self.url, replica) if self.url is not None else None
 
     async def leave(self, replica: str) -> None:
         await self.forget(replica)
@@ -179,10 +202,56 @@ class PgFleetStore(FleetStore):
             )
 
 
+class Heartbeat:
+    """A replica's heartbeat from a thread with its own event loop and connection, so a busy
+    event loop or a full pool never delays it; but it beats "alive as of the event loop's last
+    progress" (``progress``: the loop's last tick, ``time.monotonic()``), so a replica whose
+    loop hangs looks dead after the TTL as surely as one stopped (SIGSTOP) or gone."""
+
+    def __init__(self, url: str, replica: str) -> None:
+        self.url = url
+        self.replica = replica
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed_at = -1e9
+
+    def start(self, state: Callable[[], str], progress: Callable[[], float], beat_s: float) -> None:
+        self._thread = threading.Thread(
+            target=asyncio.run,
+            args=(self._run(state, progress, beat_s),),
+            name="replica-heartbeat",
+            daemon=True,
+        )
+        self._thread.start()
+
+    async def _run(
+        self, state: Callable[[], str], progress: Callable[[], float], beat_s: float
+    ) -> None:
+        # One connection, marked as this replica's (a fence ends it too; it reconnects).
+        engine = create_engine(self.url, pool_size=1, max_overflow=0, replica=self.replica)
+        store = PgFleetStore(async_sessionmaker(engine), WriteGate(engine))
+        try:
+            while not self._stop.is_set():
+                try:
+                    await store.beat(self.replica, state(), time.monotonic() - progress())
+                except Exception:  # the database is away (or we were fenced): next beat
+                    if time.monotonic() - self._failed_at >= 60:
+                        self._failed_at = time.monotonic()
+                        log.warning("replica heartbeat failed", exc_info=True)
+                self._stop.wait(beat_s)  # this loop serves nothing else
+        finally:
+            await engine.dispose()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
 def create_fleet_store(
     engine: AsyncEngine, sessionmaker: async_sessionmaker[AsyncSession], writes: WriteGate
 ) -> FleetStore:
     """The fleet store for ``engine``'s database, chosen once (at start-up)."""
     if engine.dialect.name == "postgresql":
-        return PgFleetStore(sessionmaker, writes)
+        return PgFleetStore(sessionmaker, writes, engine.url.render_as_string(False))
     return FleetStore(sessionmaker, writes)

@@ -1,0 +1,116 @@
+"""A ``store: false`` answer of a raw model (no session, no run: what Codex sends) is built
+directly, whole or as encoded frames; it must be exactly what the event mapper
+(``ResponseStream``) makes of the run such a response would have logged: the same events,
+fields and numbers, the same Response. Checked here against the mapper, on text, parallel
+and single tool calls and a cut answer; every event and body validated with the ``openai``
+package's models (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from agents.chat_agent import reply_message
+from agents.schema import AgentStatusCode
+from app.main import create_app
+from app.runtime.messages import dump_message
+from app.schemas.responses import ResponseCreate
+from app.services.responses import response_meta
+from app.services.responses_events import ResponseStream
+from app.services.responses_read import base_of
+from app.settings import Settings
+from tests.app.test_responses import valid, valid_events
+from tests.app.test_responses_tools import TOOL_MODELS, WEATHER
+
+
+@pytest.fixture
+async def app(settings_factory: Callable[..., Settings]) -> AsyncIterator[FastAPI]:
+    application = create_app(settings_factory(models=json.dumps(TOOL_MODELS)))
+    async with LifespanManager(application):
+        yield application
+
+
+def _mapped(body: dict[str, Any], response: dict[str, Any], deltas: list[str]) -> Any:
+    """The mapper fed the log of a run that answered as ``response`` did (its text in
+    ``deltas``, its calls, usage and end)."""
+    req = ResponseCreate.model_validate(body)
+    base = base_of(response["id"], response["created_at"], response_meta(req, None, None),
+                   req.model)  # fmt: skip
+    mapper = ResponseStream(base, req.model, False)
+    log: list[tuple[str, dict[str, Any]]] = [("run.created", {"run": {"status": "running"}})]
+    log += [
+        ("message.delta", {"index": 0, "sender": req.model, "delta": delta,
+                           "stream_state": int(AgentStatusCode.STREAM_ING)})
+        for delta in deltas
+    ]  # fmt: skip
+    calls = [
+        {"id": i["call_id"], "name": i["name"], "arguments": i["arguments"]}
+        for i in response["output"]
+        if i["type"] == "function_call"
+    ]
+    reply = reply_message(req.model, "".join(deltas), calls, req.parallel_tool_calls)
+    log.append(("message", {"index": 0, "message": dump_message(reply)}))
+    usage = response["usage"]
+    run = {
+        "status": "completed",
+        "stop_reason": "length" if response["status"] == "incomplete" else "end",
+        "usage": {"prompt_tokens": usage["input_tokens"],
+                  "completion_tokens": usage["output_tokens"]},
+        "finished_at": "2026-11-27T08:00:00+00:00",
+    }  # fmt: skip
+    log.append(("run.completed", {"run": run}))
+    events = [event for type_, data in log for event in mapper.feed(type_, data)]
+    return events, mapper.response
+
+
+def _same(ours: dict[str, Any], mapped: dict[str, Any]) -> None:
+    assert {**ours, "completed_at": None} == {**mapped, "completed_at": None}
+    assert ours["completed_at"] >= ours["created_at"]
+
+
+CASES = [
+    {"model": "echo", "input": "one two three"},
+    {"model": "echo", "input": "one two three four", "max_output_tokens": 2},
+    {"model": "twice", "input": "Weather?", "tools": [WEATHER]},
+    {"model": "twice", "input": "Weather?", "tools": [WEATHER], "parallel_tool_calls": False},
+    {"model": "echo", "input": [{"role": "developer", "content": "Be brief."},
+                                {"role": "user", "content": "hi"}],
+     "instructions": "x", "metadata": {"k": "v"}, "temperature": 0.5},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+async def test_a_stateless_answer_is_the_mapping_of_its_run(
+    client: httpx.AsyncClient, case: int
+) -> None:
+    body = {**CASES[case], "store": False}
+    raw = await client.post("/v1/responses", json={**body, "stream": True})
+    assert raw.status_code == 200, raw.text
+    events = valid_events(raw.text)
+    final = events[-1]["response"]
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    mapped, response = _mapped(body, final, deltas)
+    for ours, theirs in zip(events[:-1], mapped[:-1], strict=True):
+        assert ours == theirs
+    assert events[-1]["type"] == mapped[-1]["type"]
+    _same(final, response)
+    # The whole answer: the Response the mapper ends with.
+    whole = await client.post("/v1/responses", json=body)
+    assert whole.status_code == 200, whole.text
+    answer = whole.json()
+    valid(answer)
+    assert "X-Session-Id" not in whole.headers
+    _, response = _mapped(body, answer, [answer["output"][0]["content"][0]["text"]]
+                          if answer["output"] and answer["output"][0]["type"] == "message"
+                          else [])  # fmt: skip
+    _same(answer, response)
+    if case == 1:
+        assert answer["status"] == "incomplete"
+    if case == 3:
+        assert [i["type"] for i in answer["output"]] == ["function_call"]
