@@ -6,14 +6,15 @@ batching and prefix caching across sessions). The engine starts explicitly with
 aborted as soon as its consumer stops reading or is cancelled. The final delta carries the
 exact prompt and completion token counts. A forced tool call's arguments stream as they are
 written, as OpenAI stream ``tool_calls`` entries in ``LLMDelta.extra["tool_call_deltas"]``
-(progress: the first at once, then at most every ``ARGUMENT_DELTAS_EVERY_S``; the whole calls
-come in the last text delta's ``extra["tool_calls"]``). With the
+(progress: the first at once, the rest at most every ``ARGUMENT_DELTAS_EVERY_S``, by default
+with the whole calls, which come in the last text delta's ``extra["tool_calls"]``). With the
 engine's priority scheduling (the default), a call whose messages end with a tool's result
 runs ahead of new arrivals (``agents.llms.vllm_engine.call_priority``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -30,10 +31,11 @@ from agents.llms.vllm_engine import (
 )
 from agents.llms.vllm_tools import ToolStream, forced_call_schema, tool_mode, vllm_tool_request
 
-# A forced call's argument deltas reach the agent at most this often after the first: each
-# becomes a chunk through the agent's stack and a stored session event (at 0.1 s, the stream's
-# merge interval, the gateway spent +10 ms of CPU per model call on them: bench/README.md).
-ARGUMENT_DELTAS_EVERY_S = 0.5
+# A forced call's argument deltas reach the agent at most this often after the first (inf:
+# the first fragment, then the rest with the call). Each is a chunk through the agent's stack
+# and a session event, and while a run has unsaved events it stores them every second: at
+# 0.1 s and 0.5 s the gateway spent ~10 ms more CPU per model call (bench/README.md).
+ARGUMENT_DELTAS_EVERY_S = math.inf
 
 __all__ = [
     "CPU_DEFAULTS",
@@ -180,7 +182,7 @@ class _ArgumentDeltas:
     """A forced call's argument deltas, passed on as progress: the first at once (the step
     has started), then at most every ``ARGUMENT_DELTAS_EVERY_S`` (a delta per token cost a
     chunk per token through the agent's stack: 32 sessions' runs took 1.3× as long on 2 busy
-    cores), and the rest with the calls."""
+    cores), the rest with the calls."""
 
     def __init__(self) -> None:
         self.pending: list[dict[str, Any]] = []
@@ -192,7 +194,7 @@ class _ArgumentDeltas:
         if not any((e.get("function") or {}).get("arguments") for e in self.pending):
             return False  # only the call's id and name so far: wait for its first argument
         now = time.monotonic()
-        if now - self.shown < ARGUMENT_DELTAS_EVERY_S:
+        if self.shown and now - self.shown < ARGUMENT_DELTAS_EVERY_S:
             return False
         self.shown = now
         return True
