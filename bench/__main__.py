@@ -30,6 +30,8 @@ BENCHMARKS = [
     "proxy",
     "streaming",
     "persistence",
+    "turn_cpu",
+    "new_session",
     "http_client",
     "sandbox",
     "engine",

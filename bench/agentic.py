@@ -113,16 +113,21 @@ def engine_args(kv_mib: int) -> dict[str, Any]:
     }
 
 
-def gateway(model_dir: Path, kv_mib: int, tree: Path | None = None) -> ServerProcess:
+FCFS = "-fcfs"  # side A with the engine's scheduling_policy fcfs (--fcfs-side)
+
+
+def gateway(
+    model_dir: Path, kv_mib: int, tree: Path | None = None, fcfs: bool = False
+) -> ServerProcess:
     """Side A: ``agentstation serve`` (SQLite, sandbox on) with the demo model and the
     benchmark's tool registered through its entry point."""
     model = {
         "name": "demo",
         "backend": "vllm",
         "path": str(model_dir),
-        "engine": engine_args(kv_mib),
+        "engine": {**engine_args(kv_mib), **({"scheduling_policy": "fcfs"} if fcfs else {})},
     }
-    name = "gateway" + ("" if tree is None else OLD)
+    name = "gateway" + ("" if tree is None else OLD) + (FCFS if fcfs else "")
     metrics_port = free_port()
     server = gateway_server(
         name,
@@ -264,7 +269,39 @@ def _result_text(msg: dict[str, Any]) -> str:
     return _text(msg.get("content")).strip()
 
 
-async def server_round(url: str, metrics_url: str, sessions: int) -> dict[str, Any]:
+def tree_cpu_s(pid: int | None) -> tuple[float, float]:
+    """User + system CPU of a server's own process (the API side: HTTP, the agent loop,
+    storage, rendering) and of it with its processes (vLLM's engine core, which polls while
+    idle, so its CPU grows with wall time); sandboxed kernels left out (same cells on both
+    sides)."""
+    import psutil
+
+    if pid is None:
+        return 0.0, 0.0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0, 0.0
+    own = total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            if proc.name() == "bwrap" or any("ipykernel" in a for a in proc.cmdline()):
+                continue
+            times = proc.cpu_times()
+            total += times.user + times.system
+            if proc.pid == pid:
+                own = times.user + times.system
+    return own, total
+
+
+def _cpu_delta(before: tuple[float, float], after: tuple[float, float]) -> tuple[float, ...]:
+    return tuple(b - a for a, b in zip(before, after, strict=True))
+
+
+async def server_round(
+    url: str, metrics_url: str, sessions: int, pid: int | None = None
+) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=1800)
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
@@ -274,14 +311,16 @@ async def server_round(url: str, metrics_url: str, sessions: int) -> dict[str, A
                 resp.raise_for_status()
                 ids.append(str((await resp.json())["id"]))
         before = await prefix_counters(metrics_url)
+        cpu0 = tree_cpu_s(pid)
         t0 = time.perf_counter()
         got = await asyncio.gather(*(server_session(http, url, sid) for sid in ids))
         wall = time.perf_counter() - t0
+        cpu = _cpu_delta(cpu0, tree_cpu_s(pid))
         after = await prefix_counters(metrics_url)
-    return {"wall_s": wall, "sessions": got, "prefix": (before, after)}
+    return {"wall_s": wall, "sessions": got, "prefix": (before, after), "server_cpu_s": cpu}
 
 
-def client_round(url: str, sessions: int, steps: int) -> dict[str, Any]:
+def client_round(url: str, sessions: int, steps: int, pid: int | None = None) -> dict[str, Any]:
     """Side B: the SDK's loop in its own venv (a subprocess), ``sessions`` at once."""
     cfg = {
         "url": url, "model": "demo", "sessions": sessions, "steps": steps, "message": MESSAGE,
@@ -289,6 +328,7 @@ def client_round(url: str, sessions: int, steps: int) -> dict[str, Any]:
         "kernel_python": str(KERNEL_PYTHON), "max_tokens": MAX_TOKENS,
     }  # fmt: skip
     before = asyncio.run(prefix_counters(url))
+    cpu0 = tree_cpu_s(pid)
     script = str(ROOT / "bench" / "agentic_client.py")
     done = subprocess.run(
         [str(SDK_PYTHON), "-I", script],
@@ -298,13 +338,14 @@ def client_round(url: str, sessions: int, steps: int) -> dict[str, Any]:
         timeout=1800,
         cwd=tempfile.gettempdir(),
     )
+    cpu = _cpu_delta(cpu0, tree_cpu_s(pid))
     after = asyncio.run(prefix_counters(url))
     line = next((x for x in done.stdout.splitlines() if x.startswith("{")), None)
     if done.returncode != 0 or line is None:
         at = done.stderr.rfind("Traceback")  # the SDK's error, not the kernels' goodbyes
         detail = done.stderr[at : at + 3000] if at >= 0 else done.stderr[-1500:]
         raise RuntimeError(f"agentic_client exited {done.returncode}: {detail}")
-    return {**json.loads(line), "prefix": (before, after)}
+    return {**json.loads(line), "prefix": (before, after), "server_cpu_s": cpu}
 
 
 def check_same_work(side: str, got: dict[str, Any], steps: int) -> None:
@@ -322,6 +363,7 @@ def summarize(side: str, got: dict[str, Any]) -> dict[str, Any]:
     steps = [t for s in got["sessions"] for t in s.get("post_tool_call_s", [])]
     before, after = got["prefix"]
     delta = {k: after[k] - before[k] for k in after}
+    calls = max(1, len(ttfts) + len(walls))  # a first call per session, one after each cell
     return {
         "side": side,
         "session_p50_ms": round(1000 * statistics.median(walls), 1),
@@ -335,23 +377,32 @@ def summarize(side: str, got: dict[str, Any]) -> dict[str, Any]:
         if delta["ttft_count"]
         else None,
         "prefix_hit_rate": round(delta["hits"] / delta["queries"], 3) if delta["queries"] else None,
+        # The server's CPU per model call (the gateway or vLLM's API server; then with its
+        # engine core): not kernels, not B's SDK process (the client-side loop's own CPU).
+        "api_cpu_ms_per_call": round(1000 * got.get("server_cpu_s", (0.0, 0.0))[0] / calls, 2),
+        "server_cpu_ms_per_call": round(1000 * got.get("server_cpu_s", (0.0, 0.0))[1] / calls, 2),
     }
 
 
 def measure(
-    urls: dict[str, tuple[str, str]], vllm_url: str, sessions: list[int], steps: int, rounds: int
+    urls: dict[str, tuple[str, str, int | None]],
+    vllm_url: str,
+    sessions: list[int],
+    steps: int,
+    rounds: int,
+    vllm_pid: int | None = None,
 ) -> list[dict[str, Any]]:
     """Per concurrency, rounds alternating the gateways (A, A-old) and B; the median round."""
     rows = []
     for n in sessions:
         per_side: dict[str, list[dict[str, Any]]] = {}
         for _ in range(rounds):
-            for side, (url, metrics_url) in urls.items():
-                got = asyncio.run(server_round(url, metrics_url, n))
+            for side, (url, metrics_url, pid) in urls.items():
+                got = asyncio.run(server_round(url, metrics_url, n, pid))
                 check_same_work(side, got, steps)
                 per_side.setdefault(side, []).append(summarize(side, got))
                 _progress(n, per_side[side][-1])
-            got = client_round(vllm_url, n, steps)
+            got = client_round(vllm_url, n, steps, vllm_pid)
             check_same_work("B", got, steps)
             per_side.setdefault("B", []).append(summarize("B", got))
             _progress(n, per_side["B"][-1])
@@ -414,7 +465,7 @@ def available() -> str | None:
 
 
 def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEPS,
-        kv_mib: int = KV_CACHE_MIB) -> BenchResult:  # fmt: skip
+        kv_mib: int = KV_CACHE_MIB, fcfs_side: bool = False) -> BenchResult:  # fmt: skip
     """Through the harness: ``opts.quick`` runs 2 sessions of 2 steps, one round."""
     reason = available()
     if reason:
@@ -429,14 +480,17 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
     with contextlib.ExitStack() as stack:
         model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
         vl = stack.enter_context(vllm(model_dir, kv_mib))
-        urls: dict[str, tuple[str, str]] = {}
-        for side, tree in (("A", None), ("A" + OLD, opts.baseline)):
-            if side == "A" or tree is not None:
-                gw = stack.enter_context(gateway(model_dir, kv_mib, tree))
-                urls[side] = (gw.base_url, gw.metrics_url)  # type: ignore[attr-defined]
-        for url, _ in urls.values():
+        urls: dict[str, tuple[str, str, int | None]] = {}
+        sides = [("A", None, False), ("A" + FCFS, None, True), ("A" + OLD, opts.baseline, False)]
+        for side, tree, fcfs in sides:
+            if side == "A" or tree is not None or (fcfs and fcfs_side):
+                gw = stack.enter_context(gateway(model_dir, kv_mib, tree, fcfs))
+                pid = gw.proc.pid if gw.proc is not None else None
+                urls[side] = (gw.base_url, gw.metrics_url, pid)  # type: ignore[attr-defined]
+        for url, _, _ in urls.values():
             http_json("POST", f"{url}/v1/agents", agent_spec(steps))
-        result.rows = measure(urls, vl.base_url, sessions, steps, opts.rounds)
+        vllm_pid = vl.proc.pid if vl.proc is not None else None
+        result.rows = measure(urls, vl.base_url, sessions, steps, opts.rounds, vllm_pid)
     result.goals = goals(result.rows)
     result.notes.append(
         f"KV cache {kv_mib} MiB on both sides; cells and outputs checked equal on both sides; "
@@ -447,11 +501,12 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
     )
     new_rows = {x["sessions"]: x for x in result.rows if x["side"] == "A"}
     for r in result.rows:
-        if r["side"] == "A" + OLD:
+        if r["side"] in ("A" + OLD, "A" + FCFS):
             new = new_rows[r["sessions"]]
             for fig in ("session_p50_ms", "post_tool_call_p50_ms", "session_vs_B", "ttft_vs_B",
-                        "prefix_hit_rate"):  # fmt: skip
-                what = f"{r['sessions']} sessions"
+                        "prefix_hit_rate", "api_cpu_ms_per_call"):  # fmt: skip
+                vs = "the baseline tree" if r["side"] == "A" + OLD else "A with fcfs scheduling"
+                what = f"{r['sessions']} sessions, A vs {vs}"
                 result.sidebyside.append(compare_row(what, fig, new[fig], r[fig]))
     return result
 
@@ -464,11 +519,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-cache-mib", type=int, default=KV_CACHE_MIB)
     parser.add_argument("--baseline", type=Path)
     parser.add_argument("--quick", action="store_true", help="2 sessions × 2 steps, 1 round")
+    parser.add_argument("--fcfs-side", action="store_true",
+                        help="also side A-fcfs: this tree with scheduling_policy fcfs")  # fmt: skip
     args = parser.parse_args(argv)
     baseline = baseline_tree(args.baseline) if args.baseline else None
     opts = replace(BenchOptions(), quick=args.quick, rounds=1 if args.quick else args.rounds,
                    baseline=baseline)  # fmt: skip
-    res = run(opts, None if args.quick else args.sessions, args.steps, args.kv_cache_mib)
+    sessions = None if args.quick else args.sessions
+    res = run(opts, sessions, args.steps, args.kv_cache_mib, args.fcfs_side)
     for row in res.rows:
         print(json.dumps(row), flush=True)
     for g in res.goals:

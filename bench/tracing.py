@@ -14,7 +14,8 @@ SQLite: admission, store and run spans) on
 - ``sampled``: the same with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` at 10 %.
 
 Goals: off ≥ 0.99× and on ≥ 0.9× the ``none`` throughput on each path. ``--baseline DIR`` adds
-``off-old``: that tree (e.g. the commit before tracing) served as is, no OTEL variable.
+``off-old`` and ``on-old``: that tree (e.g. the commit before a tracing change) served as is,
+without and with tracing on, so a change to tracing's cost is measured side by side.
 
     .venv/bin/python -m bench.tracing                 # ≈ 4 min on 2 quiet cores
     .venv/bin/python -m bench.tracing --quick         # smoke run, writes nothing
@@ -113,12 +114,13 @@ def _row(name: str, thr: LoadResult, lat: LoadResult, ref: LoadResult) -> dict[s
 def run(opts: BenchOptions) -> BenchResult:
     """Start the sink and the gateways, alternate the load per path, compare with ``none``."""
     result = BenchResult(NAME)
-    modes = ["none", "off", "on", "sampled"] + (["off-old"] if opts.baseline is not None else [])
+    old = ["off-old", "on-old"] if opts.baseline is not None else []
+    modes = ["none", "off", "on", "sampled", *old]
     with contextlib.ExitStack() as stack:
         sink = stack.enter_context(uvicorn_server("otlp-sink", "bench.baselines.otlp_sink:app"))
         by_mode: dict[str, list[LoadSpec]] = {}
         for mode in modes:
-            tree = opts.baseline if mode == "off-old" else None
+            tree = opts.baseline if mode.endswith("-old") else None
             server = stack.enter_context(
                 _gateway(f"gw-{mode}", mode.removesuffix("-old"), sink, tree)
             )

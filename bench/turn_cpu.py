@@ -11,7 +11,9 @@ turn, median over the rounds. ``chat_json``/``chat_stream``: the same through
 stream's cost).
 
 Run: ``python -m bench.turn_cpu [--db sqlite postgres] [--turns 320] [--concurrency 32]
-[--rounds 3] [--baseline DIR]`` (prints one JSON row per database, gateway and mode).
+[--rounds 3] [--baseline DIR]`` (prints one JSON row per database, gateway and mode), or
+``python -m bench turn_cpu [--baseline DIR]`` (a table with issue 29's goals: a streamed turn
+≤ 1.5 ms of server CPU on PostgreSQL, ≤ 2 ms on SQLite).
 """
 
 from __future__ import annotations
@@ -26,10 +28,23 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import ServerProcess, gateway_server, http_json, reset_postgres_db
+from bench.common import (
+    OLD,
+    BenchOptions,
+    BenchResult,
+    Goal,
+    ServerProcess,
+    Skip,
+    compare_row,
+    gateway_server,
+    http_json,
+    reset_postgres_db,
+)
 from bench.gateway import GATEWAY_ENV, SCRIPTED
 
+NAME = "turn_cpu"
 AGENT_SPEC = {"kind": "agent", "model": "scripted"}
+GOALS_MS = {"postgres": 1.5, "sqlite": 2.0}  # issue 29: server CPU per streamed turn
 MODES = ("json", "stream", "chat_json", "chat_stream")
 CHAT = {"model": "scripted", "messages": [{"role": "user", "content": "hello world"}]}
 
@@ -78,6 +93,99 @@ async def turns(server: ServerProcess, sessions: list[str], n: int, mode: str) -
     return cpu / n * 1e3
 
 
+def collect(
+    dbs: list[str], n: int, concurrency: int, rounds: int, baseline: Path | None
+) -> list[dict[str, Any]]:
+    """One row per database, gateway (``new``, ``old``) and mode: server CPU ms per turn,
+    the median over ``rounds`` alternating rounds."""
+    trees: dict[str, Path | None] = {"new": None}
+    if baseline is not None:
+        trees["old"] = baseline.resolve()
+    rows = []
+    for db in dbs:
+        with contextlib.ExitStack() as stack:
+            gateways = {name: stack.enter_context(turn_gateway(db, t)) for name, t in trees.items()}
+            sessions: dict[str, list[str]] = {}
+            for name, gw in gateways.items():
+                http_json("POST", f"{gw.base_url}/v1/agents", {"name": "a", "spec": AGENT_SPEC})
+                sessions[name] = [
+                    str(http_json("POST", f"{gw.base_url}/v1/sessions", {"agent": "a"})["id"])
+                    for _ in range(concurrency)
+                ]
+                for mode in MODES:  # warm-up: imports, caches, connection pools
+                    asyncio.run(turns(gw, sessions[name], concurrency, mode))
+            figures: dict[tuple[str, str], list[float]] = {}
+            for _ in range(rounds):
+                for name, gw in gateways.items():
+                    for mode in MODES:
+                        ms = asyncio.run(turns(gw, sessions[name], n, mode))
+                        figures.setdefault((name, mode), []).append(ms)
+            for (name, mode), values in figures.items():
+                rows.append(
+                    {
+                        "db": db,
+                        "gateway": name,
+                        "mode": mode,
+                        "server_cpu_ms_per_turn": round(statistics.median(values), 3),
+                        "rounds": [round(v, 3) for v in values],
+                    }
+                )
+    return rows
+
+
+def goals(rows: list[dict[str, Any]]) -> list[Goal]:
+    """Issue 29: server CPU per streamed persisted turn."""
+    out = []
+    for db, target in GOALS_MS.items():
+        ms = next(
+            (
+                r["server_cpu_ms_per_turn"]
+                for r in rows
+                if r["db"] == db and r["gateway"] == "new" and r["mode"] == "stream"
+            ),
+            None,
+        )
+        out.append(
+            Goal(f"server CPU per streamed persisted turn ({db})", f"≤ {target} ms",
+                 "-" if ms is None else f"{ms:.2f} ms", None if ms is None else ms <= target,
+                 "" if ms is None else f"{ms - target:+.2f} ms")
+        )  # fmt: skip
+    return out
+
+
+def run(opts: BenchOptions) -> BenchResult:
+    """``python -m bench turn_cpu``: both databases, 32 concurrent, ``opts.rounds`` rounds."""
+    result = BenchResult(NAME)
+    n = 64 if opts.quick else 320
+    rows: list[dict[str, Any]] = []
+    for db in ("sqlite", "postgres"):
+        try:
+            rows += collect([db], n, 32, max(opts.rounds, 1), opts.baseline)
+        except Skip as exc:
+            result.notes.append(f"{db} skipped: {exc}")
+    by = {(r["db"], r["gateway"], r["mode"]): r for r in rows}
+    for (db, gw, mode), row in by.items():
+        result.rows.append(
+            {
+                "target": f"{db}-{mode}" + (OLD if gw == "old" else ""),
+                "server_cpu_ms_per_turn": row["server_cpu_ms_per_turn"],
+                "rounds": row["rounds"],
+            }
+        )
+        twin = by.get((db, "old", mode))
+        if gw == "new" and twin is not None:
+            result.sidebyside.append(
+                compare_row(f"{db}-{mode}", "server_cpu_ms_per_turn",
+                            row["server_cpu_ms_per_turn"], twin["server_cpu_ms_per_turn"])
+            )  # fmt: skip
+    result.goals = goals(rows)
+    result.notes.append(
+        f"{n} turns at 32 concurrent per round (one session per client), modes and trees "
+        "alternating; the server process's CPU from /proc (10 ms ticks), median of the rounds."
+    )
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", nargs="+", default=["sqlite", "postgres"])
@@ -86,36 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", type=Path, help="another checkout, run side by side")
     args = parser.parse_args(argv)
-    trees: dict[str, Path | None] = {"new": None}
-    if args.baseline is not None:
-        trees["old"] = args.baseline.resolve()
-    for db in args.db:
-        with contextlib.ExitStack() as stack:
-            gateways = {name: stack.enter_context(turn_gateway(db, t)) for name, t in trees.items()}
-            sessions: dict[str, list[str]] = {}
-            for name, gw in gateways.items():
-                http_json("POST", f"{gw.base_url}/v1/agents", {"name": "a", "spec": AGENT_SPEC})
-                sessions[name] = [
-                    str(http_json("POST", f"{gw.base_url}/v1/sessions", {"agent": "a"})["id"])
-                    for _ in range(args.concurrency)
-                ]
-                for mode in MODES:  # warm-up: imports, caches, connection pools
-                    asyncio.run(turns(gw, sessions[name], args.concurrency, mode))
-            figures: dict[tuple[str, str], list[float]] = {}
-            for _ in range(args.rounds):
-                for name, gw in gateways.items():
-                    for mode in MODES:
-                        ms = asyncio.run(turns(gw, sessions[name], args.turns, mode))
-                        figures.setdefault((name, mode), []).append(ms)
-            for (name, mode), values in figures.items():
-                row: dict[str, Any] = {
-                    "db": db,
-                    "gateway": name,
-                    "mode": mode,
-                    "server_cpu_ms_per_turn": round(statistics.median(values), 3),
-                    "rounds": [round(v, 3) for v in values],
-                }
-                print(json.dumps(row), flush=True)
+    rows = collect(args.db, args.turns, args.concurrency, args.rounds, args.baseline)
+    for row in rows:
+        print(json.dumps(row), flush=True)
     return 0
 
 

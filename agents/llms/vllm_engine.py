@@ -120,7 +120,7 @@ class VllmEngine:
     def by_priority(self) -> bool:
         """Whether the engine schedules by priority (``scheduling_policy: priority``)."""
         policy = self.engine_args.get("scheduling_policy", ENGINE_DEFAULTS["scheduling_policy"])
-        return policy == "priority"
+        return bool(policy == "priority")
 
     def priority(self, messages: Any) -> int:
         """The engine priority of a model call on ``messages`` (0 unless ``by_priority``)."""

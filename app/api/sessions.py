@@ -45,16 +45,26 @@ from app.services.turns import TurnRequest, submit_turn
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
-@router.post("", status_code=201)
-async def create_session(
-    body: SessionCreate, db: DbDep, who: PrincipalDep, state: StateDep
-) -> SessionPublic:
+async def create_session(request: Request) -> Response:
     """Start a session with an agent."""
-    row, agent = await service.create_session(db, who.tenant_id, body)
-    run_service.remember_created(state, db, row, agent)  # its first turn needs no lookup
-    public = service.to_public(row, agent.name)
-    public.usage = UsagePublic(prompt_tokens=0, completion_tokens=0, total_tokens=0)  # new
-    return public
+    # The fast path (as ``post_message``): body, key and validation with plain calls, in
+    # FastAPI's order; one statement (``services/sessions.py: new_session``).
+    data = await json_body(request)
+    who = await authenticate(request)
+    body = validated_body(SessionCreate, data)
+    public = await service.new_session(app_state(request), who.tenant_id, body)
+    return JSONResponse(public, status_code=201)
+
+
+router.add_api_route(  # the fast path (app/api/fastpath.py): every new conversation creates one
+    "",
+    create_session,
+    methods=["POST"],
+    status_code=201,
+    response_model=SessionPublic,
+    openapi_extra=documented(SessionCreate),
+    route_class_override=RequestOnlyRoute,
+)
 
 
 @router.get("")

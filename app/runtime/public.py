@@ -27,15 +27,15 @@ def run_public(run: Run) -> dict[str, Any]:
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         },
-        "created_at": _iso(run.created_at),
-        "started_at": _iso(run.started_at),
-        "finished_at": _iso(run.finished_at),
+        "created_at": iso(run.created_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
         "required_action": required_action(run.pending),
         "trace_id": (run.options or {}).get("trace_id"),  # set when tracing is on
     }
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso(value: datetime | None) -> str | None:
     """A datetime as pydantic's JSON mode writes it (UTC as ``Z``)."""
     if value is None:
         return None

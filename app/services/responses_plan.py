@@ -31,8 +31,7 @@ from app.services.agent_directory import AgentInfo
 from app.services.agents import create_agent
 from app.services.auth import Principal
 from app.services.forks import counts_at, fork_session
-from app.services.runs import remember_created
-from app.services.sessions import create_session
+from app.services.sessions import new_session
 from app.state import AppState
 
 SOURCE = "responses"  # the run's ``options.source``
@@ -134,10 +133,9 @@ async def plan(
     if conversation:
         return await _conversation(state, tenant, conversation, agent, key, forget)
     session_id = ids.mint(ids.CHAIN, key)
-    async with state.sessionmaker() as db, db.begin():
-        body = SessionCreate(agent=agent.name, id=session_id, metadata={"source": SOURCE})
-        row, agent_row = await create_session(db, tenant, body)
-        remember_created(state, db, row, agent_row)  # its first turn needs no lookup
+    # One statement through the run store, as POST /v1/sessions (its first turn needs no lookup).
+    body = SessionCreate(agent=agent.name, id=session_id, metadata={"source": SOURCE})
+    await new_session(state, tenant, body)
     return Planned(session_id, agent, key, forget, new=True)
 
 

@@ -169,50 +169,61 @@ async def stream_frames(
     response = new_response(req, response_id)
     suffix, output = response_id.removeprefix("resp_"), response["output"]
     snapshot = dumps(response)  # created and in progress: the same Response
-    for seq, type_ in enumerate((b"response.created", b"response.in_progress")):
-        yield b'event: %s\ndata: {"type":"%s","sequence_number":%d,"response":%s}\n\n' % (
-            type_,
-            type_,
-            seq,
-            snapshot,
-        )
+    yield b"".join(
+        b'event: %s\ndata: {"type":"%s","sequence_number":%d,"response":%s}\n\n'
+        % (type_, type_, seq, snapshot)
+        for seq, type_ in enumerate((b"response.created", b"response.in_progress"))
+    )
     seq = 1
     answer = Answer()
     item_id = f"msg_{suffix}_0"
     where = b',"item_id":"%s","output_index":0,"content_index":0,"delta":' % item_id.encode()
+    # Events made together are sent together (one write: each goes through the middleware).
     async for text in generate(state, tenant_id, handle, req, inp, budget, answer):
+        opening = b""
         if not output:  # the message opens with its first text
             item = message_item(item_id, "in_progress", [])
             output.append(item)
-            yield _frame("response.output_item.added", seq + 1, {"output_index": 0, "item": item})
             part = {"item_id": item_id, "output_index": 0, "content_index": 0,
                     "part": text_part("")}  # fmt: skip
-            yield _frame("response.content_part.added", seq + 2, part)
+            opening = _frame(
+                "response.output_item.added", seq + 1, {"output_index": 0, "item": item}
+            ) + _frame("response.content_part.added", seq + 2, part)
             seq += 2
         seq += 1
-        yield b"%s%d%s%s%s" % (_DELTA_HEAD, seq, where, escape(text).encode(), _DELTA_TAIL)
+        yield b"%s%s%d%s%s%s" % (
+            opening,
+            _DELTA_HEAD,
+            seq,
+            where,
+            escape(text).encode(),
+            _DELTA_TAIL,
+        )
+    frames: list[bytes] = []  # the end, sent at once
+    add = frames.append
     if output:  # the message ends: completed, or incomplete when the call failed
         part = text_part(answer.text)
         item = message_item(item_id, "completed" if answer.error is None else "incomplete", [part])
         output[0] = item
         at = {"item_id": item_id, "output_index": 0, "content_index": 0}
-        yield _frame("response.output_text.done", seq + 1,
-                     {**at, "text": answer.text, "logprobs": []})  # fmt: skip
-        yield _frame("response.content_part.done", seq + 2, {**at, "part": part})
-        yield _frame("response.output_item.done", seq + 3, {"output_index": 0, "item": item})
+        add(_frame("response.output_text.done", seq + 1,
+                   {**at, "text": answer.text, "logprobs": []}))  # fmt: skip
+        add(_frame("response.content_part.done", seq + 2, {**at, "part": part}))
+        add(_frame("response.output_item.done", seq + 3, {"output_index": 0, "item": item}))
         seq += 3
     for call in _calls(answer, req):
         index, arguments = len(output), call_arguments(call)
         item = function_call_item(f"fc_{suffix}_{index}", call, "")
-        yield _frame("response.output_item.added", seq + 1, {"output_index": index, "item": item})
+        add(_frame("response.output_item.added", seq + 1, {"output_index": index, "item": item}))
         at = {"item_id": item["id"], "output_index": index}
-        yield _frame("response.function_call_arguments.delta", seq + 2,
-                     {**at, "delta": arguments})  # fmt: skip
+        add(_frame("response.function_call_arguments.delta", seq + 2,
+                   {**at, "delta": arguments}))  # fmt: skip
         item = {**item, "arguments": arguments, "status": "completed"}
         output.append(item)
-        yield _frame("response.function_call_arguments.done", seq + 3,
-                     {**at, "name": item["name"], "arguments": arguments})  # fmt: skip
-        yield _frame("response.output_item.done", seq + 4, {"output_index": index, "item": item})
+        add(_frame("response.function_call_arguments.done", seq + 3,
+                   {**at, "name": item["name"], "arguments": arguments}))  # fmt: skip
+        add(_frame("response.output_item.done", seq + 4, {"output_index": index, "item": item}))
         seq += 4
     terminal = end_response(response, answer.run(), answer.error, time.time())
-    yield _frame(terminal, seq + 1, {"response": response})
+    add(_frame(terminal, seq + 1, {"response": response}))
+    yield b"".join(frames)

@@ -11,12 +11,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.memory import load_message
-from app.db.base import new_id, utcnow
+from app.db.base import new_id, transient, utcnow
 from app.db.models import Agent, Message, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from app.runtime.memory_cache import Lists
 from app.runtime.messages import dump_message
+from app.runtime.public import iso
+from app.runtime.store import Found, NewSession
 from app.runtime.store.rows import SESSIONS, load_state, memory_rev_bump
 from app.schemas.sessions import MemoryEntry, SessionCreate, SessionPublic, SessionUpdate
 from app.schemas.vocab import BUSY
@@ -82,6 +84,46 @@ async def create_session(
             f"session {row.id!r} already exists", param="id", code="session_exists"
         ) from exc
     return row, agent
+
+
+async def new_session(state: AppState, tenant_id: str, body: SessionCreate) -> dict[str, Any]:
+    """``POST /v1/sessions``: a new session on the agent's current version, in one statement
+    through the run store (the ORM's version, ``create_session``, took four round trips and
+    ~3 ms of Python); its API shape (``SessionPublic``, usage 0). Its first turn needs no
+    lookup: kept as ``_look_up`` keeps a session, for a tenant known to have no budget and an
+    agent without a session budget (else turns read them)."""
+    now = utcnow()
+    new = NewSession(
+        new_id("sesspk"), tenant_id, body.id or new_id("sess"), body.agent, body.metadata, now
+    )
+    agent_id, version, spec = await state.run_manager.store.create_session(new)
+    budget = spec.budget
+    if state.tenant_usage.unlimited.get(tenant_id) and (
+        budget is None or budget.max_total_tokens is None
+    ):
+        row = transient(
+            SessionRow,
+            pk=new.pk,
+            tenant_id=tenant_id,
+            id=new.id,
+            agent_id=agent_id,
+            agent_version=version,
+            metadata_=new.metadata,
+            created_at=now,
+            updated_at=now,
+            memory_rev=0,
+        )
+        state.turn_sessions.put((tenant_id, new.id), Found(row, body.agent, spec, None, 0))
+    at = iso(now)
+    return {
+        "id": new.id,
+        "agent": body.agent,
+        "agent_version": version,
+        "metadata": new.metadata,
+        "created_at": at,
+        "updated_at": at,
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
 
 
 async def update_session(

@@ -42,6 +42,7 @@ from typing import Any
 
 from app.db.models import Run
 from app.errors import Conflict, Unavailable
+from app.ops.budget_store import tenant_budget
 from app.runtime.admission import Submission
 from app.runtime.events import Event
 from app.runtime.public import run_public
@@ -53,7 +54,7 @@ from app.schemas.vocab import CancelMode
 from app.services.agent_directory import AgentInfo
 from app.services.agent_refs import pinned_spec
 from app.services.runs import check_session_agent, get_run
-from app.services.sessions import create_session
+from app.services.sessions import new_session
 from app.state import AppState
 
 __all__ = [
@@ -250,11 +251,10 @@ async def submit_turn(
 
 
 async def _create(state: AppState, tenant_id: str, agent: str, session_id: str) -> None:
-    async with state.sessionmaker() as db, db.begin():
-        try:
-            await create_session(db, tenant_id, SessionCreate(agent=agent, id=session_id))
-        except Conflict:  # a concurrent first request created it: use that one
-            pass
+    try:  # one statement; the session kept for the lookup that follows
+        await new_session(state, tenant_id, SessionCreate(agent=agent, id=session_id))
+    except Conflict:  # a concurrent first request created it: use that one
+        pass
 
 
 async def _look_up(
@@ -271,16 +271,32 @@ async def _look_up(
     """
     key = (tenant_id, session_id)
     cache = state.turn_sessions
-    if not fresh and state.tenant_usage.unlimited.get(tenant_id):
-        found = cache.get(key)
-        if found is not None:
-            return found, True
+    found = None if fresh else cache.get(key)
+    if found is not None and await _unlimited(state, tenant_id):
+        return found, True
     found = await state.run_manager.store.lookup(lease, tenant_id, session_id)
     budget = found.spec.budget
     if found.tenant_limit is None and (budget is None or budget.max_total_tokens is None):
         state.tenant_usage.unlimited.put(tenant_id, True)
         cache.put(key, found)
     return found, False
+
+
+async def _unlimited(state: AppState, tenant_id: str) -> bool:
+    """Whether the tenant is known to have no token budget: from the cache, else one query
+    shared by the turns that find it expired at once (before, each of them looked its session
+    up again: 32 lookups every ``tenant_budget_ttl_s`` at 32 sessions)."""
+    usage = state.tenant_usage
+    if usage.unlimited.get(tenant_id):
+        return True
+    return bool(await usage.unlimited.load(tenant_id, partial(_read_unlimited, state, tenant_id)))
+
+
+async def _read_unlimited(state: AppState, tenant_id: str) -> bool | None:
+    """True when the tenant has no budget (cached then), None when it has one (not cached)."""
+    async with state.sessionmaker() as db:
+        limit, _used = await tenant_budget(db, tenant_id)
+    return True if limit is None else None
 
 
 async def prepare_submission(

@@ -134,7 +134,7 @@ async def test_anonymous_requests_run_no_sql_once_no_key_is_known(
         assert seen == []
 
 
-async def test_a_tenant_with_a_budget_is_read_and_charged_per_request(
+async def test_a_tenant_with_a_budget_is_read_and_charged_per_model_call(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
     await make_agent(client, "helper", model="echo")
@@ -144,7 +144,17 @@ async def test_a_tenant_with_a_budget_is_read_and_charged_per_request(
     with statements(app) as seen:
         resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "helper"})
     assert resp.status_code == 200
-    assert [s.split()[0] for s in seen] == ["SELECT", "UPDATE"]
+    # The tenant's figures (the 429 up front), then its one model call reserved (the tenant
+    # row locked, the hold added and recorded) and settled (the hold dropped, the tokens
+    # counted): exact over a fleet (app/ops/token_holds.py).
+    assert [" ".join(s.split()[:2]) for s in seen] == [
+        "SELECT tenants.token_budget,",
+        "SELECT tenants.token_budget,",
+        "UPDATE tenants",
+        "INSERT INTO",
+        "DELETE FROM",
+        "UPDATE tenants",
+    ]
 
 
 # --- agents by name -----------------------------------------------------------------------

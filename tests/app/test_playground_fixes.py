@@ -125,7 +125,9 @@ def test_sessions_are_named_renamed_and_deleted(page: Any, server: str) -> None:
     expect(item.locator(".session-open")).to_contain_text("Primes below fifty, please")
     assert item.locator(".session-open").get_attribute("title") == sid
     expect(page.locator("#chat-title")).to_contain_text("coder / Primes below fifty, please")
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as http:
         assert http.get(f"/v1/sessions/{sid}").json()["metadata"] == {
             "title": "Primes below fifty, please"
         }
@@ -188,7 +190,9 @@ def test_a_slow_list_load_does_not_bring_a_deleted_session_back(page: Any, serve
     page.unroute("**/v1/sessions?*")
     page.wait_for_timeout(500)
     expect(mine).to_have_count(0)
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as http:
         assert http.get(f"/v1/sessions/{sid}").status_code == 404
 
 
@@ -219,7 +223,9 @@ def test_tools_mcp_servers_and_approval_in_the_form(page: Any, server: str) -> N
     shot(page, "22-tools-form")
     page.click("#agent-save")
     expect(page.locator("#agent-msg")).to_contain_text("saved formbot v1")
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as http:
         spec = http.get("/v1/agents/formbot").json()["spec"]
         assert [(t["name"], t["config"]) for t in spec["tools"]] == [
             ("IPythonInteractive", {}),
@@ -250,7 +256,9 @@ def test_agent_versions_shown_and_rolled_back(page: Any, server: str) -> None:
     from playwright.sync_api import expect
 
     expect.set_options(timeout=20_000)
-    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ) as http:
         first = {"name": "verse", "spec": {"kind": "agent", "model": "poet"}}
         assert http.post("/v1/agents", json=first).status_code == 201
         second = {"spec": {"kind": "agent", "model": "slow", "system_prompt": "Count."}}

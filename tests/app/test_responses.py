@@ -11,6 +11,8 @@ import httpx
 import openai
 import pytest
 from fastapi import FastAPI
+from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -37,15 +39,21 @@ def valid(body: dict[str, Any]) -> Response:
 
 
 def valid_events(text: str) -> list[dict[str, Any]]:
-    """An SSE body's events, each validated; ``event:`` names the type; numbers increase."""
-    events = []
+    """An SSE body's events, each validated; ``event:`` names the type; numbers increase; a
+    whole stream (from ``response.created``) also passes the ``openai`` package's own
+    stream accumulator (``ResponseStreamState``: its order and identity rules)."""
+    events, parsed = [], []
     for frame in parse_sse(text):
         data = frame["data"]
-        EVENTS.validate_python(data)
+        parsed.append(EVENTS.validate_python(data))
         assert frame["event"] == data["type"]
         events.append(data)
     numbers = [e["sequence_number"] for e in events]
     assert numbers == sorted(set(numbers)), numbers
+    if events and events[0]["type"] == "response.created":
+        state: ResponseStreamState[Any] = ResponseStreamState(input_tools=omit, text_format=omit)
+        for event in parsed:
+            state.handle_event(event)
     return events
 
 

@@ -1,5 +1,6 @@
-"""Scheduling by session on the real engine: a run's model call after a tool result goes ahead
-of new arrivals waiting for the engine; requests of one priority keep their order."""
+"""The engine's defaults on the real engine: scheduling by session (a run's model call after a
+tool result goes ahead of new arrivals waiting for the engine; requests of one priority keep
+their order) and compact forced tool calls."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from agents.llms.vllm import AsyncVllmModel
-from agents.llms.vllm_engine import CONTINUING_PRIORITY, call_priority
+from agents.llms.vllm_engine import CONTINUING_PRIORITY, VllmEngine, call_priority
 from tests.vllm.conftest import ENGINE_ARGS
 
 pytestmark = pytest.mark.vllm
@@ -32,11 +33,28 @@ def test_only_a_call_after_a_tool_result_is_a_continuing_call() -> None:
     assert call_priority(lagent_style) == CONTINUING_PRIORITY
 
 
+def test_a_configured_structured_outputs_config_is_merged_over_the_default() -> None:
+    def resolved(config: Any) -> Any:
+        args = {"structured_outputs_config": config}
+        return VllmEngine("m", args).resolved_args()["structured_outputs_config"]
+
+    assert VllmEngine("m").resolved_args()["structured_outputs_config"] == {
+        "backend": "xgrammar", "disable_any_whitespace": True,
+    }  # fmt: skip
+    assert resolved({"backend": "guidance"}) == {
+        "backend": "guidance", "disable_any_whitespace": True,
+    }  # fmt: skip
+    assert resolved({"backend": "outlines"}) == {"backend": "outlines"}  # vLLM refuses it there
+    assert resolved({"disable_any_whitespace": False})["disable_any_whitespace"] is False
+    assert not VllmEngine("m", {"scheduling_policy": "fcfs"}).by_priority
+
+
 @pytest.fixture(scope="module")
 async def one_slot(demo_model_path: Path) -> AsyncIterator[AsyncVllmModel]:
     """An engine that runs one request at a time (the others wait in its queue), with the
-    product's default scheduling."""
-    llm = AsyncVllmModel(str(demo_model_path), engine_args={**ENGINE_ARGS, "max_num_seqs": 1})
+    product's defaults (scheduling, structured outputs)."""
+    args = {k: v for k, v in ENGINE_ARGS.items() if k != "structured_outputs_config"}
+    llm = AsyncVllmModel(str(demo_model_path), engine_args={**args, "max_num_seqs": 1})
     await llm.start()
     yield llm
     await llm.close()
@@ -64,8 +82,12 @@ async def _order(llm: AsyncVllmModel, queued: list[tuple[str, Any]]) -> list[str
     calls = []
     for n, (name, messages) in enumerate(queued, start=2):
         calls.append(asyncio.create_task(call(name, messages)))
-        while engine.running_requests() < n:  # in the engine's queue before the next one
+        for _ in range(6000):  # in the engine's queue before the next one comes
+            if engine.running_requests() >= n:
+                break
             await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"{name!r} never reached the engine")
     assert order == []  # all waiting behind the running generation
     holder.cancel()  # aborts it in the engine: the slot frees
     await asyncio.gather(holder, return_exceptions=True)
@@ -90,3 +112,22 @@ async def test_requests_of_one_kind_are_served_in_arrival_order(
     later = [*AFTER_TOOL[:2], {**AFTER_TOOL[2], "content": "pong again"}]
     order = await _order(one_slot, [("tool 1", AFTER_TOOL), ("tool 2", later)])
     assert order == ["tool 1", "tool 2"]
+
+
+async def test_a_forced_call_is_compact_json_by_default(one_slot: AsyncVllmModel) -> None:
+    # The random model pads a forced call with whitespace until max_tokens unless the engine's
+    # config forbids free whitespace (a request cannot): the default does.
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "ping",
+            "description": "Ping.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+    force = {"type": "function", "function": {"name": "ping"}}
+    calls: list[Any] = []
+    params = {"tools": [tool], "tool_choice": force, "max_new_tokens": 40, "temperature": 0}
+    async for delta in one_slot.astream(NEW, **params):
+        calls += delta.extra.get("tool_calls") or []
+    assert [c["function"]["arguments"] for c in calls] == ["{}"]

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.runtime.store.base import Admitted, Found, RunEnd, RunStore, SessionNotFound, Started
+from app.runtime.store.base import (
+    Admitted,
+    Found,
+    NewSession,
+    RunEnd,
+    RunStore,
+    SessionNotFound,
+    Started,
+)
 from app.runtime.store.locks import SessionLocks, TurnLease
 
 __all__ = [
     "Admitted",
     "Found",
+    "NewSession",
     "RunEnd",
     "RunStore",
     "SessionLocks",

@@ -22,6 +22,7 @@ per database. A turn's connection, run lock and run slot are its ``TurnLease``
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -36,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.db.base import transient, utcnow
 from app.db.models import Message, Run, RunEvent
 from app.db.models import Session as SessionRow
-from app.errors import NotFound
+from app.errors import Conflict, NotFound, ValidationFailed
 from app.ops.budget import BudgetSpec
 from app.runtime.budgets import BudgetFigures, read_figures
 from app.runtime.events import gap_event
@@ -58,6 +59,11 @@ _SPECS_MAX = 1024
 
 class SessionNotFound(NotFound):
     """404: the session of a turn does not exist (the chat endpoint then creates it)."""
+
+
+def cached_spec(agent_id: str, version: int) -> AgentSpec | None:
+    """The parsed spec of an agent version if this process parsed it already (``pinned``)."""
+    return _SPECS.get((agent_id, version))
 
 
 def pinned(agent_id: str, version: int, raw_spec: dict[str, Any] | None) -> AgentSpec:
@@ -108,6 +114,35 @@ class Found:
         limit = budget.max_total_tokens if budget is not None else None
         used = self.tenant_used + (tenant_pending if self.tenant_limit is not None else 0)
         return BudgetFigures(limit, self.session_used, self.tenant_limit, used)
+
+
+@dataclass
+class NewSession:
+    """A session to create (``RunStore.create_session``)."""
+
+    pk: str
+    tenant_id: str
+    id: str
+    agent: str  # the agent's name
+    metadata: dict[str, Any]
+    at: datetime
+
+    def unknown_agent(self) -> ValidationFailed:
+        return ValidationFailed(
+            f"agent {self.agent!r} not found", param="agent", code="unknown_agent"
+        )
+
+    def exists(self) -> Conflict:
+        return Conflict(f"session {self.id!r} already exists", param="id", code="session_exists")
+
+
+def agent_spec_of(agent_id: str, version: int, raw_spec: str | dict[str, Any] | None) -> AgentSpec:
+    """``pinned``, the raw spec given as JSON text (parsed only when not cached)."""
+    spec = cached_spec(agent_id, version)
+    if spec is not None:
+        return spec
+    parsed = json.loads(raw_spec) if isinstance(raw_spec, str) else raw_spec
+    return pinned(agent_id, version, parsed)
 
 
 @dataclass
@@ -171,6 +206,12 @@ class RunStore(ABC):
         is busy under ``strategy`` (409 ``SessionBusy``) or gone (404); a known
         ``run.idempotency_key`` answers its earlier run instead. On PostgreSQL a run admitted
         ``running`` holds the session's run lock on ``lease``'s connection."""
+
+    @abstractmethod
+    async def create_session(self, new: NewSession) -> tuple[str, int, AgentSpec]:
+        """Insert a session of the tenant's agent ``new.agent`` at its current version, in one
+        statement that also reads the agent (so the version is the one current at the insert);
+        its (agent id, version, parsed spec). 422 ``unknown_agent``, 409 ``session_exists``."""
 
     @abstractmethod
     async def store_end(self, lease: TurnLease | None, end: RunEnd) -> None:

@@ -36,6 +36,18 @@ WHERE s.tenant_id = $1 AND s.id = $2"""
 SESSION_TOKENS = (
     "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM runs WHERE session_pk = $1"
 )
+# A new session at its agent's current version: the agent read and the row inserted in one
+# statement; no row: no such agent; ``inserted`` 0: the tenant has a session of that id.
+CREATE_SESSION = """\
+WITH a AS (SELECT id, version, spec FROM agents WHERE tenant_id = $2 AND name = $4),
+ins AS (
+    INSERT INTO sessions (pk, tenant_id, id, agent_id, agent_version, metadata, created_at,
+        updated_at, memory_rev)
+    SELECT $1, $2, $3, a.id, a.version, $5::json, $6, $6, 0 FROM a
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT a.id, a.version, a.spec::text, (SELECT count(*) FROM ins) FROM a"""
 LOCK = "SELECT pg_advisory_lock($1)"
 UNLOCK = "SELECT pg_advisory_unlock($1)"
 DELETE_KEYS = "DELETE FROM messages WHERE session_pk = $1 AND key = ANY($2::text[])"

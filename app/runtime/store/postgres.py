@@ -6,6 +6,7 @@ lock at its commit)."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 from app.db import raw
@@ -14,9 +15,19 @@ from app.db.models import Run
 from app.db.models import Session as SessionRow
 from app.errors import NotFound, SessionBusy
 from app.runtime.store import pg_sql
-from app.runtime.store.base import Admitted, Found, RunEnd, RunStore, SessionNotFound, pinned
+from app.runtime.store.base import (
+    Admitted,
+    Found,
+    NewSession,
+    RunEnd,
+    RunStore,
+    SessionNotFound,
+    agent_spec_of,
+    pinned,
+)
 from app.runtime.store.locks import TurnLease, advisory_key
 from app.runtime.store.reads import reading
+from app.schemas.agents import AgentSpec
 from app.schemas.vocab import MultitaskStrategy, RunStatus
 
 log = logging.getLogger(__name__)
@@ -83,6 +94,16 @@ class PgRunStore(RunStore):
             run.status, run.started_at = RunStatus.QUEUED, None
             return Admitted(run, True, None, got.active)
         return Admitted(run, True, got.rev, got.active)
+
+    async def create_session(self, new: NewSession) -> tuple[str, int, AgentSpec]:
+        args = (new.pk, new.tenant_id, new.id, new.agent, json.dumps(new.metadata), new.at)
+        async with raw.pooled(self.engine) as pg:
+            got = await raw.fetchrow(pg, pg_sql.CREATE_SESSION, *args)
+        if got is None:
+            raise new.unknown_agent()
+        if not got[3]:
+            raise new.exists()
+        return got[0], got[1], agent_spec_of(got[0], got[1], got[2])
 
     async def store_end(self, lease: TurnLease | None, end: RunEnd) -> None:
         messages = [{"key": r["key"], "index": r["index"], "data": r["data"]} for r in end.rows]
