@@ -1,0 +1,197 @@
+"""CPU per request of the stateless paths, in process, against their anchors in the same process.
+
+``python -m bench.stateless_cpu [--n 10000] [--rounds 50] [echo chat agent fwd proxy]`` builds
+the gateway as ``agentstation serve`` does (``app.cli.build_app``: SQLite, the scripted model in
+echo mode, the sandbox off) and the anchors (bench/baselines/echo.py, which validates the same
+request with the same model; bench/baselines/forwarder.py in front of the mock upstream, started
+here in a subprocess), wraps each in uvicorn's ``ProxyHeadersMiddleware`` as ``serve`` has it,
+and calls them through ASGI with the request wrk sends: no sockets, so uvicorn's own per-request
+work, the same for every target, is left out. Targets alternate every ``n / rounds`` requests,
+so a busy machine slows them alike; it prints CPU µs per request and the ratio to ``echo``
+(``proxy``: to ``fwd``). On a shared, loaded machine these ratios held within ±5 % where the
+served CPU per request did not (bench/README.md, "Stateless paths, round three").
+
+To compare two trees, run it once per tree, alternating: ``--tree DIR`` serves that checkout's
+``app`` and ``agents`` (the anchors and the harness stay this tree's), e.g.
+``python -m bench.stateless_cpu --tree /work/base-perf-gateway`` then without ``--tree``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench.common import HOST, free_port, http_get_status
+
+TARGETS = ("echo", "chat", "agent", "fwd", "proxy")
+AGENT = "bench-agent"
+PATH = "/v1/chat/completions"
+MODELS = {"echo": "scripted", "chat": "scripted", "agent": AGENT, "fwd": "mock", "proxy": "mock"}
+
+
+def body(target: str) -> bytes:
+    """The request wrk sends to ``target`` (bench/gateway.py's and bench/proxy.py's body)."""
+    messages = [{"role": "user", "content": "hello world"}]
+    return json.dumps({"model": MODELS[target], "messages": messages}).encode()
+
+
+async def call(app: Any, path: str, data: bytes) -> bytes:
+    """One POST through the ASGI app; its body (a non-2xx answer raises)."""
+    headers = [
+        (b"host", b"127.0.0.1:8000"),
+        (b"user-agent", b"wrk"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(data)).encode()),
+    ]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+        "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {},
+    }  # fmt: skip
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:  # as a live connection: nothing more until the response is sent
+            await asyncio.sleep(3600)
+        sent = True
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    out: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        out.append(message)
+
+    await app(scope, receive, send)
+    if out[0]["status"] >= 300:
+        raise RuntimeError(f"{path}: {out}")
+    return b"".join(m.get("body", b"") for m in out[1:])
+
+
+@contextlib.contextmanager
+def mock_upstream() -> Any:
+    """bench/baselines/mock_openai.py on a free port, in a subprocess; its base URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "bench.baselines.mock_openai:app", "--host", HOST]
+    cmd += ["--port", str(port), "--loop", "uvloop", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://{HOST}:{port}"
+        deadline = time.monotonic() + 30
+        while http_get_status(f"{url}/healthz") != 200:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the mock upstream did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def configure(upstream: str | None) -> None:
+    """The gateway's settings: a fresh SQLite file, the scripted model (and the mock's)."""
+    models: list[dict[str, Any]] = [{"name": "scripted", "backend": "scripted"}]
+    if upstream is not None:
+        os.environ["BENCH_UPSTREAM"] = upstream  # the forwarder's
+        os.environ["BENCH_MOCK_KEY"] = "sk-bench"
+        models.append(
+            {"name": "mock", "backend": "openai", "base_url": f"{upstream}/v1",
+             "model": "mock", "api_key_env": "BENCH_MOCK_KEY"}
+        )  # fmt: skip
+    db = tempfile.mkdtemp(prefix="bench-cpu-")
+    os.environ |= {
+        "AGENTSTATION_DATABASE_URL": f"sqlite+aiosqlite:///{db}/bench.db",
+        "AGENTSTATION_MODELS": json.dumps(models),
+        "AGENTSTATION_LOG_LEVEL": "warning",
+        "AGENTSTATION_SANDBOX_ENABLED": "false",
+    }
+
+
+def served_as_uvicorn(app: Any) -> Any:
+    """``app`` behind uvicorn's proxy-headers middleware, as ``serve`` (and uvicorn) run it."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    return ProxyHeadersMiddleware(app, HOST)
+
+
+async def measure(targets: list[str], n: int, rounds: int) -> dict[str, float]:
+    """CPU seconds per request of each target, alternating in ``rounds``."""
+    from app.cli import build_app
+    from app.settings import Settings
+    from bench.baselines import echo
+
+    gateway = await asyncio.to_thread(build_app, Settings())  # migrates SQLite (its own loop)
+    apps: dict[str, Any] = {"echo": served_as_uvicorn(echo.app)}
+    async with contextlib.AsyncExitStack() as stack:
+        if "fwd" in targets:
+            from bench.baselines import forwarder
+
+            await stack.enter_async_context(forwarder.app.router.lifespan_context(forwarder.app))
+            apps["fwd"] = served_as_uvicorn(forwarder.app)
+        await stack.enter_async_context(gateway.router.lifespan_context(gateway))
+        served = served_as_uvicorn(gateway)
+        spec = {"name": AGENT, "spec": {"kind": "agent", "model": "scripted"}}
+        await call(served, "/v1/agents", json.dumps(spec).encode())
+        for target in ("chat", "agent", "proxy"):
+            apps[target] = served
+        bodies = {t: body(t) for t in targets}
+        for target in targets:  # warm-up: caches, the upstream's connections
+            for _ in range(300):
+                await call(apps[target], PATH, bodies[target])
+        gc.collect()
+        gc.freeze()
+        spent = dict.fromkeys(targets, 0.0)
+        for _ in range(rounds):
+            for target in targets:
+                app, data = apps[target], bodies[target]
+                start = time.process_time()
+                for _ in range(n // rounds):
+                    await call(app, PATH, data)
+                spent[target] += time.process_time() - start
+    return {t: spent[t] / (n // rounds * rounds) for t in targets}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.stateless_cpu")
+    parser.add_argument("targets", nargs="*", help=f"any of {', '.join(TARGETS)} (all)")
+    parser.add_argument("--n", type=int, default=10000, help="requests per target")
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--tree", help="another checkout whose app and agents are measured")
+    args = parser.parse_args()
+    targets = list(args.targets) or list(TARGETS)
+    if unknown := set(targets) - set(TARGETS):
+        parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
+    if "echo" not in targets and {"chat", "agent"} & set(targets):  # their anchor
+        targets.insert(0, "echo")
+    if "proxy" in targets and "fwd" not in targets:
+        targets.insert(targets.index("proxy"), "fwd")
+    if args.tree:  # before anything imports ``app`` or ``agents``
+        sys.path.insert(0, os.path.abspath(args.tree))
+    with contextlib.ExitStack() as stack:
+        upstream = None
+        if "fwd" in targets:
+            upstream = stack.enter_context(mock_upstream())
+        configure(upstream)
+        cpu = asyncio.run(measure(targets, args.n, args.rounds))
+    import app
+
+    print(f"gateway tree: {os.path.dirname(os.path.dirname(app.__file__))}")
+    print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for target in targets:
+        anchor = "fwd" if target == "proxy" else "echo"
+        ratio = f"{cpu[target] / cpu[anchor]:.3f}× {anchor}" if anchor in cpu else ""
+        print(f"{target:6s} {cpu[target] * 1e6:7.1f} µs CPU per request  {ratio}")
+
+
+if __name__ == "__main__":
+    main()
