@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.event import listen
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.cache import TURN_SESSIONS, TTLCache
-from app.db.models import Agent, Run
-from app.db.models import Session as SessionRow
+from app.db.models import Run
 from app.errors import BadRequest, NotFound
 from app.runtime.store import Found
-from app.runtime.store.base import pinned, session_copy
 from app.services.agent_directory import AgentInfo
 from app.services.pages import check_limit, page
 from app.services.sessions import get_session
-from app.state import AppState
 
-__all__ = ["check_session_agent", "get_run", "list_runs", "remember_created", "session_cache"]
+__all__ = ["check_session_agent", "get_run", "list_runs", "session_cache"]
 
 
 def check_session_agent(
@@ -35,23 +31,6 @@ def session_cache(ttl_s: float, max_sessions: int = 10_000) -> TTLCache[tuple[st
     """Sessions looked up for turns (``AppState.turn_sessions``), see
     ``app.services.turns._look_up``."""
     return TTLCache(TURN_SESSIONS, ttl_s, max_sessions)
-
-
-def remember_created(state: AppState, db: AsyncSession, row: SessionRow, agent: Agent) -> None:
-    """Keep what a turn reads of a session being created (as ``_look_up`` keeps it), once its
-    transaction commits: its first turn then needs no lookup either. Only for a tenant known
-    to have no budget and an agent without a session budget (else turns read them)."""
-    spec = pinned(agent.id, agent.version, agent.spec)
-    budget = spec.budget
-    if not state.tenant_usage.unlimited.get(row.tenant_id) or (
-        budget is not None and budget.max_total_tokens is not None
-    ):
-        return
-    found = Found(session_copy(row), agent.name, spec, None, 0)
-    key = (row.tenant_id, row.id)
-    listen(
-        db.sync_session, "after_commit", lambda _s: state.turn_sessions.put(key, found), once=True
-    )
 
 
 async def get_run(db: AsyncSession, tenant_id: str, run_id: str) -> Run:
