@@ -4,10 +4,11 @@ Every model built with the same path and engine arguments shares one engine (con
 batching and prefix caching across sessions). The engine starts explicitly with
 ``await model.start()`` (or on first use); each generation gets its own request id and is
 aborted as soon as its consumer stops reading or is cancelled. The final delta carries the
-exact prompt and completion token counts. A forced tool call's arguments stream as they are
-written, as OpenAI stream ``tool_calls`` entries in ``LLMDelta.extra["tool_call_deltas"]``
-(progress: the first at once, the rest at most every ``ARGUMENT_DELTAS_EVERY_S``, by default
-with the whole calls, which come in the last text delta's ``extra["tool_calls"]``). With the
+exact prompt and completion token counts. With ``stream_call_arguments``, a forced tool call's
+arguments stream as they are written, as OpenAI stream ``tool_calls`` entries in
+``LLMDelta.extra["tool_call_deltas"]`` (progress: the first at once, the rest at most every
+``ARGUMENT_DELTAS_EVERY_S``, by default with the whole calls, which come in the last text
+delta's ``extra["tool_calls"]``). With the
 engine's priority scheduling (the default), a call whose messages end with a tool's result
 runs ahead of new arrivals (``agents.llms.vllm_engine.call_priority``).
 """
@@ -63,9 +64,13 @@ class _VllmCore(AsyncBaseLLM):
         engine_args: Mapping[str, Any] | None = None,
         chat_template: str | None = None,
         tool_call_parser: str | None = None,
+        stream_call_arguments: bool = False,
         **gen_params: Any,
     ) -> None:
         super().__init__(path=path, meta_template=meta_template, **gen_params)
+        # A forced call's arguments as progress deltas (off by default: at 32 tool-using
+        # sessions they made runs 1.26x slower on a quiet machine, bench/README.md).
+        self.stream_call_arguments = stream_call_arguments
         args = {**(vllm_cfg or {}), **(engine_args or {})}
         if tp is not None:
             args["tensor_parallel_size"] = tp
@@ -124,7 +129,8 @@ class _VllmCore(AsyncBaseLLM):
                     if choice.index == 0 and tools is not None:
                         deltas = tools.feed(choice.text)
                         text = _content(deltas)
-                        if args.add(_call_deltas(deltas)) or text:
+                        progress = self.stream_call_arguments and args.add(_call_deltas(deltas))
+                        if progress or text:
                             yield LLMDelta(text=text, extra=args.take())
                     elif choice.index == 0:
                         if choice.text:

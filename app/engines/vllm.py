@@ -74,6 +74,7 @@ def create_handle(config: dict[str, Any]) -> ModelHandle:
         chat_template=template,
         meta_template=config.get("meta_template"),
         tool_call_parser=config.get("tool_call_parser"),
+        stream_call_arguments=bool(config.get("stream_call_arguments", False)),
         **(config.get("gen_params") or {}),
     )
     raw = VllmChatBackend(

@@ -35,7 +35,8 @@ async def base_url(
 ) -> AsyncIterator[str]:
     """A live gateway whose model ``demo`` is the session's vLLM engine."""
     model = {"name": "demo", "backend": "vllm", "path": str(demo_model_path),
-             "engine": ENGINE_ARGS, "tool_call_parser": "hermes"}  # fmt: skip
+             "engine": ENGINE_ARGS, "tool_call_parser": "hermes",
+             "stream_call_arguments": True}  # fmt: skip
     db = tmp_path_factory.mktemp("gateway-db") / "gw.db"
     settings = Settings(
         database_url=f"sqlite+aiosqlite:///{db}",
