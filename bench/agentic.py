@@ -494,10 +494,10 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
     result.goals = goals(result.rows)
     result.notes.append(
         f"KV cache {kv_mib} MiB on both sides; cells and outputs checked equal on both sides; "
-        "A's post-tool TTFT is the server's (tool result stored → the next call's first "
-        "argument token, streamed as message.delta), B's the SDK's (tool return → the next "
-        "call's first streamed chunk); A's engine schedules a call after a tool result ahead "
-        "of new arrivals (scheduling_policy priority, the product's default)"
+        "A's post-tool TTFT is the server's (tool result stored → the next call's first sign "
+        "on the session stream: the whole call, as argument deltas are off by default), B's "
+        "the SDK's (tool return → the next call's first streamed chunk); A's engine runs the "
+        "product's defaults (scheduling_policy fcfs; --fcfs-side is then the same as A)"
     )
     new_rows = {x["sessions"]: x for x in result.rows if x["side"] == "A"}
     for r in result.rows:

@@ -24,14 +24,15 @@ logger = logging.getLogger(__name__)
 
 # Defaults for every engine; CPU_DEFAULTS only without a GPU (NOTES-vllm-cpu.md): the default
 # 0.92 "GPU memory" fraction fails on CPU RAM and torch.compile costs 10-25 s at start.
-# ``scheduling_policy`` "priority": a run's model call after a tool result goes ahead of new
-# arrivals (``call_priority``); requests of one priority are served first come, first served.
+# ``scheduling_policy`` stays vLLM's "fcfs": "priority" (a run's model call after a tool result
+# ahead of new arrivals, ``call_priority``) is an option, not a default: on a quiet machine it
+# did not make 32 tool-using sessions faster (bench/README.md, "Wave 3, the quiet sitting").
 # ``structured_outputs_config``: forced tool calls and JSON answers are compact (xgrammar reads
 # "no free whitespace" from the engine's config only, never from a request).
 ENGINE_DEFAULTS: dict[str, Any] = {
     "enable_prefix_caching": True,
     "disable_log_stats": True,
-    "scheduling_policy": "priority",
+    "scheduling_policy": "fcfs",
     "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
 }
 CPU_DEFAULTS: dict[str, Any] = {"enforce_eager": True, "kv_cache_memory_bytes": 64 * 2**20}

@@ -1,6 +1,6 @@
-"""The engine's defaults on the real engine: scheduling by session (a run's model call after a
-tool result goes ahead of new arrivals waiting for the engine; requests of one priority keep
-their order) and compact forced tool calls."""
+"""The engine's options on the real engine: scheduling by session (``scheduling_policy:
+priority``: a run's model call after a tool result goes ahead of new arrivals waiting for the
+engine; requests of one priority keep their order) and compact forced tool calls (a default)."""
 
 from __future__ import annotations
 
@@ -46,15 +46,17 @@ def test_a_configured_structured_outputs_config_is_merged_over_the_default() -> 
     }  # fmt: skip
     assert resolved({"backend": "outlines"}) == {"backend": "outlines"}  # vLLM refuses it there
     assert resolved({"disable_any_whitespace": False})["disable_any_whitespace"] is False
-    assert not VllmEngine("m", {"scheduling_policy": "fcfs"}).by_priority
+    assert not VllmEngine("m").by_priority  # fcfs unless configured
+    assert VllmEngine("m", {"scheduling_policy": "priority"}).by_priority
 
 
 @pytest.fixture(scope="module")
 async def one_slot(demo_model_path: Path) -> AsyncIterator[AsyncVllmModel]:
-    """An engine that runs one request at a time (the others wait in its queue), with the
-    product's defaults (scheduling, structured outputs)."""
+    """An engine that runs one request at a time (the others wait in its queue), scheduling by
+    session (``scheduling_policy: priority``, an option) and the product's structured outputs."""
     args = {k: v for k, v in ENGINE_ARGS.items() if k != "structured_outputs_config"}
-    llm = AsyncVllmModel(str(demo_model_path), engine_args={**args, "max_num_seqs": 1})
+    args = {**args, "max_num_seqs": 1, "scheduling_policy": "priority"}
+    llm = AsyncVllmModel(str(demo_model_path), engine_args=args)
     await llm.start()
     yield llm
     await llm.close()
