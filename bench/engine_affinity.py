@@ -62,12 +62,12 @@ QUESTIONS = (
 )
 
 
-def vllm_server(model_dir: Path, kv_cache_bytes: int) -> ServerProcess:
+def vllm_server(model_dir: Path, kv_cache_bytes: int, dtype: str = "bfloat16") -> ServerProcess:
     """vLLM's OpenAI server with the bench engine settings, stats on (for ``/metrics``)."""
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
     cmd += ["--served-model-name", "demo", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--dtype", "bfloat16", "--enforce-eager", "--seed", "0", "--max-model-len", "4096"]
+    cmd += ["--dtype", dtype, "--enforce-eager", "--seed", "0", "--max-model-len", "4096"]
     cmd += ["--kv-cache-memory-bytes", str(kv_cache_bytes), "--enable-prefix-caching"]
     cmd += ["--disable-uvicorn-access-log"]
     server = ServerProcess("vllm-affinity", cmd, port, env=ENGINE_ENV, ready_path="/health")
@@ -204,19 +204,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--kv-cache-mib", type=int, default=64)
+    parser.add_argument(
+        "--model",
+        choices=("demo", "smollm2"),
+        default="demo",
+        help="demo: the 2-layer test model; smollm2: the default model (SmolLM2-135M, float32, "
+        "45 KiB of KV cache per token), whose prefill costs enough for the cache to show in TTFT",
+    )
     args = parser.parse_args(argv)
+    from app.default_model import default_model_dir, is_prepared
     from app.demo_model import build_demo_model
 
     with contextlib.ExitStack() as stack:
-        model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        if args.model == "smollm2":
+            model_dir, dtype = default_model_dir(), "float32"  # bf16 on CPU: nonsense (NOTES)
+            if not is_prepared(model_dir):
+                raise SystemExit(f"{model_dir}: not prepared (agentstation default-model)")
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            model_dir, dtype = build_demo_model(tmp), "bfloat16"
         # One at a time: two engines loading at once on 2 cores only slows both.
         kv = args.kv_cache_mib * 2**20
         fleets = {
-            p: [stack.enter_context(vllm_server(model_dir, kv)).base_url for _ in range(2)]
+            p: [stack.enter_context(vllm_server(model_dir, kv, dtype)).base_url for _ in range(2)]
             for p in POLICIES
         }
         result = asyncio.run(measure(fleets, args.sessions, args.turns, args.max_tokens))
         result["kv_cache_mib"] = args.kv_cache_mib
+        result["model"] = args.model
         result["machine"] = machine_description()
         result["load_average_1m_at_end"] = os.getloadavg()[0]  # other work on the machine
     for row in result["rows"]:
@@ -226,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "met" if met else "not met"
     print(f"last-turn TTFT p50, session / round robin: {ratio} (goal {result['goal']}: {verdict})")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"engine_affinity-kv{args.kv_cache_mib}-t{args.max_tokens}.json"
+    model = "" if args.model == "demo" else f"-{args.model}"
+    out = RESULTS_DIR / f"engine_affinity{model}-kv{args.kv_cache_mib}-t{args.max_tokens}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
