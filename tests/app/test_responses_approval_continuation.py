@@ -1,0 +1,343 @@
+"""Answering an approval makes a new response, as OpenAI does (SQLite and PostgreSQL).
+
+A stored agent whose tool call waits for a person stops with an ``mcp_approval_request`` item
+(the response ``completed``); ``mcp_approval_response`` items with that response's id as
+``previous_response_id`` make a new response: its own id, ``previous_response_id`` the waiting
+one, only the resumed run's new items, its stream numbered from 0. The waiting response stays
+as it was. Through the official ``openai`` client; every body and event validated against its
+models (``Response``, ``ResponseStreamEvent``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import KEY_B, MODELS
+from tests.app.test_responses import client_for, valid, valid_events
+
+
+def _call(expression: str) -> str:
+    body = {"name": "Calculator", "parameters": {"expression": expression}}
+    return f"Let me compute.\n```json\n{json.dumps(body)}\n```\n"
+
+
+# One call, then the answer (a chain's next turn calls again: the replies cycle).
+CALC = {
+    "name": "calc",
+    "backend": "scripted",
+    "replies": [_call("6 * 7"), "The answer is 42."],
+    "cycle": "conversation",
+}
+# Two calls in one turn: the run pauses twice.
+TWICE = {
+    "name": "twice",
+    "backend": "scripted",
+    "replies": [_call("6 * 7"), _call("2 + 3"), "42 and 5."],
+    "cycle": "conversation",
+}
+APPROVAL = {"tools": ["Calculator"]}
+
+
+@pytest.fixture
+async def app(settings_factory: Callable[..., Settings]) -> AsyncIterator[FastAPI]:
+    application = create_app(settings_factory(models=json.dumps([*MODELS, CALC, TWICE])))
+    async with LifespanManager(application):
+        yield application
+
+
+@pytest.fixture
+async def oai(app: FastAPI) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = client_for(app)
+    yield client
+    await client.close()
+
+
+async def _agent(client: httpx.AsyncClient, name: str, model: str = "calc") -> None:
+    spec = {"kind": "tool_agent", "model": model, "tools": [{"name": "Calculator"}]}
+    made = await client.post(
+        "/v1/agents", json={"name": name, "spec": {**spec, "approval": APPROVAL}}
+    )
+    assert made.status_code == 201, made.text
+
+
+def _decision(request_id: str, approve: bool = True, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "mcp_approval_response",
+        "approval_request_id": request_id,
+        "approve": approve,
+        **extra,
+    }
+
+
+def _dump(response: Any) -> dict[str, Any]:
+    return dict(response.model_dump(mode="json"))
+
+
+async def _waiting(oai: openai.AsyncOpenAI, model: str = "careful") -> Any:
+    waiting = await oai.responses.create(model=model, input="6 times 7?")
+    valid(_dump(waiting))
+    assert waiting.status == "completed"
+    assert [item.type for item in waiting.output] == ["mcp_approval_request"]
+    return waiting
+
+
+async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    await _agent(client, "careful")
+    waiting = await _waiting(oai)
+    [request] = waiting.output
+    assert request.type == "mcp_approval_request" and request.name == "Calculator"
+    assert json.loads(request.arguments) == {"expression": "6 * 7"}
+    raw = await client.post(
+        "/v1/responses",
+        json={
+            "model": "careful",
+            "previous_response_id": waiting.id,
+            "stream": True,
+            "metadata": {"step": "approve"},
+            "input": [_decision(request.id)],
+        },
+    )
+    assert raw.status_code == 200, raw.text
+    assert raw.headers["X-Session-Id"].startswith("chain_")
+    events = valid_events(raw.text)  # also through the openai package's stream accumulator
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
+    assert events[-1]["type"] == "response.completed"
+    done = valid(events[-1]["response"])
+    assert done.id != waiting.id and done.id.startswith("resp_") and len(done.id) == 37
+    assert done.id[5:21] == waiting.id[5:21]  # the chain's route key
+    assert done.previous_response_id == waiting.id
+    assert done.metadata == {"step": "approve"}
+    assert done.status == "completed"
+    call, answer = done.output  # only the new items
+    assert call.type == "mcp_call" and call.name == "Calculator" and call.output == "42"
+    assert answer.type == "message" and done.output_text == "The answer is 42."
+    assert done.usage is not None and waiting.usage is not None
+    assert done.usage.output_tokens > 0
+    assert {e["item"]["id"] for e in events if "item" in e} == {call.id, answer.id}
+
+    # The waiting response is as it was answered: paused, with its approval request.
+    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)
+    replay = [e async for e in await oai.responses.retrieve(waiting.id, stream=True)]
+    assert replay[-1].type == "response.completed"
+    assert _dump(replay[-1].response) == _dump(waiting)  # type: ignore[union-attr]
+    # The new one, retrieved and replayed: the same response, the same numbered events.
+    again = await oai.responses.retrieve(done.id)
+    assert _dump(again) == _dump(done)
+    tail = await client.get(f"/v1/responses/{done.id}?stream=true&starting_after=1")
+    assert valid_events(tail.text) == events[2:]
+    resumed = [e async for e in await oai.responses.retrieve(done.id, stream=True)]
+    assert [e.sequence_number for e in resumed] == list(range(len(events)))
+    items = await oai.responses.input_items.list(done.id)
+    [item] = items.data
+    assert item.type == "mcp_approval_response" and item.approval_request_id == request.id
+    assert (await oai.responses.input_items.list(waiting.id)).data[0].type == "message"
+
+
+async def test_a_denial_also_makes_a_new_response(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    await _agent(client, "careful")
+    waiting = await _waiting(oai)
+    deny = _decision(waiting.output[0].id, approve=False, reason="not now")
+    with pytest.raises(openai.BadRequestError) as missing:
+        await oai.responses.create(model="careful", input=[deny])  # type: ignore[list-item]
+    assert missing.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    denied = await oai.responses.create(
+        model="careful",
+        input=[deny],  # type: ignore[list-item]
+        previous_response_id=waiting.id,
+    )
+    valid(_dump(denied))
+    assert denied.id != waiting.id and denied.previous_response_id == waiting.id
+    assert denied.status == "completed"
+    call, answer = denied.output
+    assert answer.type == "message"
+    assert call.type == "mcp_call" and call.name == "Calculator"
+    assert "denied" in str(call.output) and "not now" in str(call.output)  # what the model read
+    assert denied.output_text == "The answer is 42."
+    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)
+    for previous in (waiting.id, denied.id):  # answered: neither waits any more
+        with pytest.raises(openai.ConflictError) as again:
+            await oai.responses.create(
+                model="careful",
+                input=[deny],  # type: ignore[list-item]
+                previous_response_id=previous,
+            )
+        assert again.value.code == "run_not_waiting"
+
+
+async def test_a_run_that_pauses_twice_is_three_responses(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    await _agent(client, "twice", model="twice")
+    waiting = await _waiting(oai, "twice")
+    first = await oai.responses.create(
+        model="twice",
+        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
+        previous_response_id=waiting.id,
+    )
+    valid(_dump(first))
+    # It ran the first call and waits again: a response of its own, paused.
+    assert [i.type for i in first.output] == ["mcp_call", "mcp_approval_request"]
+    assert first.status == "completed" and first.previous_response_id == waiting.id
+    assert json.loads(first.output[1].arguments) == {"expression": "2 + 3"}  # type: ignore[union-attr]
+    raw = await client.post(
+        "/v1/responses",
+        json={
+            "model": "twice",
+            "previous_response_id": first.id,
+            "stream": True,
+            "input": [_decision(first.output[1].id)],
+        },
+    )
+    events = valid_events(raw.text)
+    assert events[0]["sequence_number"] == 0
+    second = valid(events[-1]["response"])
+    assert second.previous_response_id == first.id
+    assert [i.type for i in second.output] == ["mcp_call", "message"]
+    assert second.output[0].output == "5" and second.output_text == "42 and 5."  # type: ignore[union-attr]
+    # Each stays as it was answered.
+    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)
+    assert _dump(await oai.responses.retrieve(first.id)) == _dump(first)
+    assert _dump(await oai.responses.retrieve(second.id)) == _dump(second)
+    ids = {i.id for r in (waiting, first, second) for i in r.output}
+    assert len(ids) == 5  # no item id twice
+
+
+async def test_a_chain_goes_on_from_the_new_response(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    await _agent(client, "careful")
+    waiting = await _waiting(oai)
+    done = await oai.responses.create(
+        model="careful",
+        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
+        previous_response_id=waiting.id,
+    )
+    # The chain's next turn names the new response; it runs in the same session (the model
+    # calls again: the scripted replies cycle), and waits.
+    raw = await client.post(
+        "/v1/responses",
+        json={"model": "careful", "input": "Again?", "previous_response_id": done.id},
+    )
+    assert raw.status_code == 200, raw.text
+    nxt = valid(raw.json())
+    assert nxt.previous_response_id == done.id and nxt.id not in (waiting.id, done.id)
+    assert [i.type for i in nxt.output] == ["mcp_approval_request"]
+    runs = await client.get(f"/v1/sessions/{raw.headers['X-Session-Id']}/runs")
+    assert runs.status_code == 200, runs.text
+    assert {r["id"] for r in runs.json()["data"]} == {waiting.id, nxt.id}  # one session
+    last = await oai.responses.create(
+        model="careful",
+        input=[_decision(nxt.output[0].id)],  # type: ignore[list-item]
+        previous_response_id=nxt.id,
+    )
+    assert last.previous_response_id == nxt.id and last.output_text == "The answer is 42."
+    # The waiting response was answered: the chain goes on from its answer, not from it.
+    with pytest.raises(openai.ConflictError) as answered:
+        await oai.responses.create(
+            model="careful", input="From the pause?", previous_response_id=waiting.id
+        )
+    assert answered.value.code == "response_answered"
+    assert answered.value.body["param"] == "previous_response_id"  # type: ignore[index]
+
+
+async def test_another_tenant_does_not_find_the_new_response(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    await _agent(client, "careful")
+    waiting = await _waiting(oai)
+    done = await oai.responses.create(
+        model="careful",
+        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
+        previous_response_id=waiting.id,
+    )
+    other = client_for(app, KEY_B)
+    try:
+        for call in (
+            other.responses.retrieve(done.id),
+            other.responses.cancel(done.id),
+            other.responses.delete(done.id),
+            other.responses.input_items.list(done.id),
+            other.responses.create(model="poet", input="Hi", previous_response_id=done.id),
+        ):
+            with pytest.raises(openai.NotFoundError) as missing:
+                await call
+            assert missing.value.code == "response_not_found"
+            assert done.id in missing.value.message
+    finally:
+        await other.close()
+    assert (await oai.responses.retrieve(done.id)).id == done.id
+
+
+async def test_background_answer_cancel_and_delete(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    await _agent(client, "careful")
+    waiting = await _waiting(oai)
+    started = await oai.responses.create(
+        model="careful",
+        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
+        previous_response_id=waiting.id,
+        background=True,
+    )
+    valid(_dump(started))
+    assert started.id != waiting.id and started.background
+    assert started.status in ("queued", "in_progress") and started.output == []
+    for _ in range(200):
+        polled = await oai.responses.retrieve(started.id)
+        if polled.status == "completed":
+            break
+        await asyncio.sleep(0.05)
+    assert polled.status == "completed" and polled.output_text == "The answer is 42."
+    # The waiting response ended at its pause: not cancellable (nor is its finished answer).
+    for response_id in (waiting.id, started.id):
+        with pytest.raises(openai.BadRequestError) as ended:
+            await oai.responses.cancel(response_id)
+        assert ended.value.code == "response_not_cancellable"
+    # Deleting one leaves the other; the run goes with the last of them.
+    deleted = await client.delete(f"/v1/responses/{waiting.id}")
+    assert deleted.json() == {"id": waiting.id, "object": "response.deleted", "deleted": True}
+    with pytest.raises(openai.NotFoundError):
+        await oai.responses.retrieve(waiting.id)
+    assert (await oai.responses.retrieve(started.id)).output_text == "The answer is 42."
+    assert (await client.get(f"/v1/runs/{waiting.id}")).status_code == 200
+    await oai.responses.delete(started.id)
+    with pytest.raises(openai.NotFoundError):
+        await oai.responses.retrieve(started.id)
+    assert (await client.get(f"/v1/runs/{waiting.id}")).status_code == 404
+
+
+async def test_cancel_a_new_response_while_it_runs_on(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    """Cancel acts on the run while the new response is its latest: a run paused again is
+    cancelled through it."""
+    await _agent(client, "twice", model="twice")
+    waiting = await _waiting(oai, "twice")
+    first = await oai.responses.create(
+        model="twice",
+        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
+        previous_response_id=waiting.id,
+    )
+    assert first.output[-1].type == "mcp_approval_request"
+    with pytest.raises(openai.BadRequestError):  # the earlier one ended at its pause
+        await oai.responses.cancel(waiting.id)
+    cancelled = await oai.responses.cancel(first.id)
+    assert cancelled.id == first.id
+    run = (await client.get(f"/v1/runs/{waiting.id}")).json()
+    assert run["status"] == "cancelled"
