@@ -127,6 +127,11 @@ async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
     assert answer.type == "message" and done.output_text == "The answer is 42."
     assert done.usage is not None and waiting.usage is not None
     assert done.usage.output_tokens > 0
+    run = (await client.get(f"/v1/runs/{waiting.id}")).json()  # one run, its usage split
+    assert run["usage"]["completion_tokens"] == (
+        waiting.usage.output_tokens + done.usage.output_tokens
+    )
+    assert run["usage"]["prompt_tokens"] == waiting.usage.input_tokens + done.usage.input_tokens
     assert {e["item"]["id"] for e in events if "item" in e} == {call.id, answer.id}
 
     # The waiting response is as it was answered: paused, with its approval request.
