@@ -180,7 +180,6 @@ async def _continue(
             f"response {previous!r} waited for approval and was answered; continue from its "
             "answer (the response whose previous_response_id it is)",
             param="previous_response_id",
-            code="response_answered",
         )
     if latest == run_id and agent_id == agent.id and not forget:
         return Planned(session_id, agent, key, forget)  # the chain's end: it goes on there
