@@ -36,7 +36,7 @@ from app.services.auth import Principal
 from app.services.chat import holds_turns
 from app.services.responses_input import Input, model_tools, response_format
 from app.services.responses_mcp import list_servers, mcp_refs
-from app.services.responses_plan import SOURCE, Planned
+from app.services.responses_plan import SOURCE, Planned, one_parent
 from app.services.responses_read import Stored
 from app.services.turns import SubmittedTurn, TurnRequest, submit_turn
 from app.state import AppState
@@ -193,25 +193,34 @@ async def forget_session(state: AppState, tenant_id: str, session_id: str) -> No
 async def answer_approvals(
     state: AppState, who: Principal, req: ResponseCreate, inp: Input, header: str | None
 ) -> Stored:
-    """``mcp_approval_response`` items with ``previous_response_id``: the decisions about the
-    calls that response waits on (``approve``; a denial's ``reason`` is what the model reads).
-    Its run goes on (docs/approvals.md) as a new response, as OpenAI answers: the continuation,
-    the run's log after the pause (a row of ``response_continuations``; the waiting response
-    stays as it was). Returns it."""
-    if not req.previous_response_id:
+    """``mcp_approval_response`` items with ``previous_response_id`` (or ``conversation``: its
+    latest response): the decisions about the calls that response waits on (``approve``; a
+    denial's ``reason`` is what the model reads). Its run goes on (docs/approvals.md) as a new
+    response, as OpenAI answers: the continuation, the run's log after the pause (a row of
+    ``response_continuations``; the waiting response stays as it was). Returns it."""
+    conversation = one_parent(req)
+    param = "conversation" if conversation else "previous_response_id"
+    waiting: Stored | None = None
+    if req.previous_response_id:
+        previous = req.previous_response_id
+        waiting = await read.find(state, who.tenant_id, previous, param)
+    elif conversation:
+        waiting = await read.latest_in(state, who.tenant_id, conversation)
+        if waiting is None:
+            raise RunNotWaiting(f"conversation {conversation!r} has no response", param=param)
+    else:
         raise BadRequest(
-            "mcp_approval_response items answer a response: send its previous_response_id",
+            "mcp_approval_response items answer a response: send its previous_response_id"
+            " (or its conversation)",
             param="previous_response_id",
             code="missing_field",
         )
-    previous = req.previous_response_id
-    waiting = await read.find(state, who.tenant_id, previous, "previous_response_id")
     run = waiting.run
     segment = await _pauses(state, run.id)  # the new response's: after the run's last pause
     if run.status != RunStatus.REQUIRES_ACTION or waiting.segment != segment - 1:
         raise RunNotWaiting(
             f"response {waiting.id!r} does not wait for approval (its run is {run.status!r})",
-            param="previous_response_id",
+            param=param,
         )
     decisions = [
         {
@@ -223,6 +232,7 @@ async def answer_approvals(
     ]
     meta = {**response_meta(req, None, run.session_id), "tools": []}  # an agent's tools are its own
     meta.pop("hold")  # how the run streams is the run's
+    meta["conversation"] = waiting.request.get("conversation")  # it goes on where it waited
     row = ResponseContinuation(
         id=ids.mint(ids.RESPONSE, ids.route_key(header, waiting.id)),
         tenant_id=who.tenant_id,
@@ -237,7 +247,7 @@ async def answer_approvals(
     except IntegrityError:  # answered meanwhile (another request, another replica)
         raise RunNotWaiting(
             f"response {waiting.id!r} does not wait for approval (answered meanwhile)",
-            param="previous_response_id",
+            param=param,
         ) from None
     try:
         await resume_run(state, who.tenant_id, run.id, decisions)

@@ -100,10 +100,8 @@ def stateless(req: ResponseCreate) -> bool:
     return not (req.store or req.background or req.previous_response_id or req.conversation_id())
 
 
-async def plan(
-    state: AppState, who: Principal, req: ResponseCreate, agent: AgentInfo, header: str | None
-) -> Planned:
-    """The session a new response runs in (module docstring)."""
+def one_parent(req: ResponseCreate) -> str | None:
+    """The request's conversation; a 400 when it names a ``previous_response_id`` too."""
     conversation = req.conversation_id()
     if req.previous_response_id and conversation:
         raise BadRequest(
@@ -111,6 +109,14 @@ async def plan(
             param="conversation",
             code="not_supported",
         )
+    return conversation
+
+
+async def plan(
+    state: AppState, who: Principal, req: ResponseCreate, agent: AgentInfo, header: str | None
+) -> Planned:
+    """The session a new response runs in (module docstring)."""
+    conversation = one_parent(req)
     if req.background and not req.store:
         raise BadRequest(
             "background responses must be stored (store: true)", param="store", code="not_supported"

@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from app.db.models import ResponseContinuation, Run, RunEvent
+from app.db.models import Session as SessionRow
 from app.errors import BadRequest, NotFound
 from app.schemas.vocab import END_EVENT, EventType, RunStatus
 from app.services import responses_ids as ids
@@ -65,6 +66,40 @@ async def find(state: AppState, tenant_id: str, response_id: str, param: str) ->
     if cont is None:
         if ((run.options or {}).get("response") or {}).get("deleted"):
             raise not_found(response_id, param)  # deleted; a continuation of it stays
+        return Stored(run.id, run)
+    return Stored(cont.id, run, cont.segment, cont.request, cont.created_at)
+
+
+async def latest_in(state: AppState, tenant_id: str, conversation: str) -> Stored | None:
+    """A conversation's latest response (None: it has none; 404 for an unknown or another
+    tenant's conversation)."""
+    async with state.sessionmaker() as db:
+        session_pk = await db.scalar(
+            sa.select(SessionRow.pk).where(
+                SessionRow.tenant_id == tenant_id, SessionRow.id == conversation
+            )
+        )
+        if session_pk is None or not conversation.startswith(ids.CONVERSATION):
+            raise NotFound(
+                f"Conversation with id '{conversation}' not found.",
+                param="conversation",
+                code="conversation_not_found",
+            )
+        run = await db.scalar(
+            sa.select(Run)
+            .where(Run.session_pk == session_pk)
+            .order_by(Run.created_at.desc(), Run.id.desc())
+            .limit(1)
+        )
+        if run is None:
+            return None
+        cont = await db.scalar(
+            sa.select(ResponseContinuation)
+            .where(ResponseContinuation.run_id == run.id)
+            .order_by(ResponseContinuation.segment.desc())
+            .limit(1)
+        )
+    if cont is None:
         return Stored(run.id, run)
     return Stored(cont.id, run, cont.segment, cont.request, cont.created_at)
 

@@ -21,10 +21,20 @@ import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
+from app.db.migrate import upgrade
 from app.main import create_app
+from app.services.responses_events import GAP_STRIDE, ResponseStream
+from app.services.responses_read import base_of
 from app.settings import Settings
-from tests.app.conftest import KEY_B, MODELS
-from tests.app.test_responses import client_for, valid, valid_events
+from tests.app.conftest import (
+    KEY_A,
+    KEY_B,
+    MODELS,
+    _drop_pg_database,
+    _fresh_pg_database,
+    make_settings,
+)
+from tests.app.test_responses import EVENTS, client_for, valid, valid_events
 
 
 def _call(expression: str) -> str:
@@ -46,6 +56,8 @@ TWICE = {
     "replies": [_call("6 * 7"), _call("2 + 3"), "42 and 5."],
     "cycle": "conversation",
 }
+# Slow to answer: the new response still runs while another replica streams it.
+SLOW = {**CALC, "name": "slowcalc", "chunk_delay_s": 0.05}
 APPROVAL = {"tools": ["Calculator"]}
 
 
@@ -346,3 +358,189 @@ async def test_cancel_a_new_response_while_it_runs_on(
     assert cancelled.id == first.id
     run = (await client.get(f"/v1/runs/{waiting.id}")).json()
     assert run["status"] == "cancelled"
+
+
+@pytest.fixture
+async def two_replicas() -> AsyncIterator[tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]]:
+    """Two apps (replicas) on one fresh PostgreSQL database, an openai client for each."""
+    url = await _fresh_pg_database()
+    await asyncio.to_thread(upgrade, url)
+    models = json.dumps([*MODELS, CALC, SLOW])
+    one, two = (create_app(make_settings(url, models=models)) for _ in range(2))
+    try:
+        async with LifespanManager(one), LifespanManager(two):
+            clients = client_for(one, KEY_A), client_for(two, KEY_A)
+            try:
+                yield clients
+            finally:
+                for c in clients:
+                    await c.close()
+    finally:
+        await _drop_pg_database(url)
+
+
+@pytest.mark.postgres
+async def test_another_replica_streams_the_new_response_live(
+    two_replicas: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI],
+) -> None:
+    """Answered on one replica, the new response is found, streamed live (from the stored
+    log: not this replica's run) and resumed with ``starting_after`` on another."""
+    one, two = two_replicas
+    spec = {"kind": "tool_agent", "model": "slowcalc", "tools": [{"name": "Calculator"}]}
+    await one.post(
+        "/agents",
+        cast_to=httpx.Response,
+        body={"name": "careful", "spec": {**spec, "approval": APPROVAL}},
+    )
+    waiting = await _waiting(one)
+    started = await one.responses.create(
+        model="careful",
+        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
+        previous_response_id=waiting.id,
+        background=True,
+    )
+    live = [e async for e in await two.responses.retrieve(started.id, stream=True)]
+    assert [e.sequence_number for e in live] == list(range(len(live)))
+    assert live[0].type == "response.created" and live[-1].type == "response.completed"
+    done = live[-1].response  # type: ignore[union-attr]
+    assert done.id == started.id and done.previous_response_id == waiting.id
+    assert [i.type for i in done.output] == ["mcp_call", "message"]
+    tail = [
+        e async for e in await two.responses.retrieve(started.id, stream=True, starting_after=2)
+    ]
+    assert [e.sequence_number for e in tail] == list(range(3, len(live)))
+    assert _dump(await two.responses.retrieve(waiting.id)) == _dump(waiting)
+
+
+async def test_an_approval_in_a_conversation_answers_by_the_conversation(
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
+) -> None:
+    """A response waiting in a conversation is answered with ``conversation`` (what a client
+    in conversation mode sends): the new response is in the conversation too."""
+    await _agent(client, "careful")
+    conversation = await oai.conversations.create()
+    waiting = await oai.responses.create(
+        model="careful", input="6 times 7?", conversation=conversation.id
+    )
+    assert [i.type for i in waiting.output] == ["mcp_approval_request"]
+    decision = _decision(waiting.output[0].id)
+    with pytest.raises(openai.BadRequestError) as both:
+        await oai.responses.create(
+            model="careful",
+            input=[decision],  # type: ignore[list-item]
+            conversation=conversation.id,
+            previous_response_id=waiting.id,
+        )
+    assert both.value.code == "not_supported"
+    done = await oai.responses.create(
+        model="careful",
+        input=[decision],  # type: ignore[list-item]
+        conversation=conversation.id,
+    )
+    valid(_dump(done))
+    assert done.id != waiting.id and done.previous_response_id is None
+    assert done.conversation is not None and done.conversation.id == conversation.id
+    assert [i.type for i in done.output] == ["mcp_call", "message"]
+    with pytest.raises(openai.ConflictError) as again:  # nothing waits in it any more
+        await oai.responses.create(
+            model="careful",
+            input=[decision],  # type: ignore[list-item]
+            conversation=conversation.id,
+        )
+    assert again.value.code == "run_not_waiting"
+
+
+# -- the mapper on a log built by hand ----------------------------------------------------------
+RID = "resp_00112233445566778899aabbccddeeff"
+CONT = "resp_0011223344556677ffeeddccbbaa9988"
+MCP = {"mcp": {"tools": [{"name": "add", "input_schema": {"type": "object"}}], "error": None}}
+
+
+def _run(status: str, prompt: int, completion: int) -> dict[str, Any]:
+    return {
+        "status": status,
+        "stop_reason": "requires_action" if status == "requires_action" else "end",
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+        "finished_at": "2026-11-27T08:00:00Z",
+    }
+
+
+def _mcp_call(index: int, a: int) -> tuple[str, dict[str, Any]]:
+    call = {"action": {"name": "mcp.add", "parameters": {"a": a, "b": 1}}, "status": 1}
+    return ("message", {"index": index, "message": {"sender": "bot", "content": "",
+                                                    "formatted": call}})  # fmt: skip
+
+
+def _result(index: int, text: str) -> tuple[str, dict[str, Any]]:
+    result = {"result": [{"type": "text", "content": text}], "state": 0, "errmsg": None}
+    return ("message", {"index": index, "message": {"sender": "executor", "content": text,
+                                                    "formatted": result}})  # fmt: skip
+
+
+def _pause(call_id: str, a: int, prompt: int, completion: int) -> tuple[str, dict[str, Any]]:
+    calls = [{"id": call_id, "name": "mcp.add", "arguments": {"a": a, "b": 1}}]
+    return ("run.requires_action", {"run": _run("requires_action", prompt, completion),
+                                    "tool_calls": calls})  # fmt: skip
+
+
+# A run that pauses twice before MCP calls, a gap in its last part, then answers.
+LOG = [
+    ("run.created", {"run": {"status": "running"}}),
+    _mcp_call(0, 1),
+    _pause("call_1", 1, 10, 4),
+    ("run.created", {"run": {"status": "queued"}}),  # (what a resumed log may repeat: nothing)
+    _result(1, "2"),
+    _mcp_call(2, 2),
+    _pause("call_2", 2, 25, 9),
+    _result(3, "3"),
+    ("run.gap", {"from_id": 9, "to_id": 11}),
+    ("message", {"index": 4, "message": {"sender": "bot", "content": "Done: 3."}}),
+    ("run.completed", {"run": _run("completed", 40, 15)}),
+]
+
+
+def _segment(segment: int, rid: str) -> tuple[ResponseStream, list[dict[str, Any]]]:
+    base = base_of(rid, 1_800_000_000, {"model": "m"}, "bot")
+    mapper = ResponseStream(base, "bot", True, mcp=MCP, segment=segment)
+    events = [event for type_, data in LOG for event in mapper.feed(type_, data)]
+    for event in events:
+        EVENTS.validate_python(event)
+    valid(mapper.response)
+    return mapper, events
+
+
+def test_each_segment_of_a_run_is_a_response_of_its_own() -> None:
+    first, events = _segment(0, RID)
+    assert first.ended and first.paused
+    assert [i["type"] for i in first.response["output"]] == [
+        "mcp_list_tools",
+        "mcp_approval_request",
+    ]
+    assert events[-1]["type"] == "response.completed"
+    assert first.response["usage"]["output_tokens"] == 4
+
+    second, events = _segment(1, CONT)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
+    # The server was listed by the first response: its call and the next request only.
+    assert [i["type"] for i in second.response["output"]] == ["mcp_call", "mcp_approval_request"]
+    call = second.response["output"][0]
+    assert call["output"] == "2" and call["id"] == f"mcp_{CONT[5:]}_0"
+    assert second.response["output"][1]["id"] == "call_2"
+    assert second.response["usage"]["input_tokens"] == 15  # 25 - 10
+    assert second.response["usage"]["output_tokens"] == 5
+
+    third, events = _segment(2, CONT)
+    assert [i["type"] for i in third.response["output"]] == ["mcp_call", "message"]
+    assert third.response["status"] == "completed" and third.response["usage"]["total_tokens"] == 21
+    numbers = [e["sequence_number"] for e in events]
+    assert numbers[0] == 0 and numbers == sorted(set(numbers))
+    assert numbers[-1] > 11 * GAP_STRIDE  # after the gap: past anything sent and lost
+
+
+def test_a_segment_not_reached_yet_is_the_bare_response() -> None:
+    base = base_of(CONT, 1_800_000_000, {"model": "m"}, "bot")
+    mapper = ResponseStream(base, "bot", True, mcp=MCP, segment=1)
+    assert [e for type_, data in LOG[:3] for e in mapper.feed(type_, data)] == []
+    assert not mapper.ended and mapper.response["output"] == []
+    assert mapper.response["status"] == "in_progress" and mapper.response["usage"] is None
