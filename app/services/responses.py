@@ -230,9 +230,12 @@ async def answer_approvals(
         }
         for item in inp.approvals
     ]
-    meta = {**response_meta(req, None, run.session_id), "tools": []}  # an agent's tools are its own
-    meta.pop("hold")  # how the run streams is the run's
-    meta["conversation"] = waiting.request.get("conversation")  # it goes on where it waited
+    # Its own request's fields, but what the run goes on with is the run's (its model, its
+    # instructions and parameters) and where it waited (its conversation).
+    ran = waiting.request
+    meta = {**response_meta(req, None, run.session_id), **{k: ran.get(k) for k in _THE_RUNS}}
+    meta.pop("hold")  # how the run streams is the run's (``options.response``)
+    meta["store"] = True  # kept as its run is (store: false is not honoured here)
     row = ResponseContinuation(
         id=ids.mint(ids.RESPONSE, ids.route_key(header, waiting.id)),
         tenant_id=who.tenant_id,
@@ -255,6 +258,21 @@ async def answer_approvals(
         await _delete_continuation(state, row.id)
         raise
     return read.Stored(row.id, run, segment, meta, row.created_at)
+
+
+# The Response's fields that describe the run itself: a continuation repeats the run's.
+_THE_RUNS = (
+    "model",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "text",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "conversation",
+)
 
 
 async def _pauses(state: AppState, run_id: str) -> int:

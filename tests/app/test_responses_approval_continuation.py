@@ -119,6 +119,7 @@ async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
             "previous_response_id": waiting.id,
             "stream": True,
             "metadata": {"step": "approve"},
+            "instructions": "Not used: the run goes on as it started.",
             "input": [_decision(request.id)],
         },
     )
@@ -133,6 +134,7 @@ async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
     assert done.id[5:21] == waiting.id[5:21]  # the chain's route key
     assert done.previous_response_id == waiting.id
     assert done.metadata == {"step": "approve"}
+    assert done.instructions == waiting.instructions and done.model == waiting.model
     assert done.status == "completed"
     call, answer = done.output  # only the new items
     assert call.type == "mcp_call" and call.name == "Calculator" and call.output == "42"
