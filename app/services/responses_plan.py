@@ -154,12 +154,11 @@ _LAST_SEGMENT = (
 )
 
 
-def _chain_end(run_id: str) -> sa.Select[Any]:
-    return (
-        sa.select(Run.tenant_id, SessionRow.id, SessionRow.agent_id, _LATEST, _LAST_SEGMENT)
-        .join(SessionRow, SessionRow.pk == Run.session_pk)
-        .where(Run.id == run_id)
-    )
+_CHAIN_END = (
+    sa.select(Run.tenant_id, SessionRow.id, SessionRow.agent_id, _LATEST, _LAST_SEGMENT)
+    .join(SessionRow, SessionRow.pk == Run.session_pk)
+    .where(Run.id == sa.bindparam("run_id"))
+)
 
 
 async def _continue(
@@ -171,12 +170,12 @@ async def _continue(
     found, run_id, segment = None, previous, 0
     if previous.startswith(ids.RESPONSE):
         async with state.sessionmaker() as db:
-            found = (await db.execute(_chain_end(previous))).first()
+            found = (await db.execute(_CHAIN_END, {"run_id": previous})).first()
             if found is None:  # a continuation's id: its run's log after one of its pauses
                 cont = await db.get(ResponseContinuation, previous)
                 if cont is not None:
                     run_id, segment = cont.run_id, cont.segment
-                    found = (await db.execute(_chain_end(run_id))).first()
+                    found = (await db.execute(_CHAIN_END, {"run_id": run_id})).first()
     if found is None or found[0] != tenant:
         raise read.not_found(previous, "previous_response_id")
     _, session_id, agent_id, latest, last = found
