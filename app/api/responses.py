@@ -53,10 +53,6 @@ def _json(body: dict[str, Any], session_id: str | None, status: int = 200) -> Re
     return Response(dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
-def _session_of(run: Any) -> str:
-    return str(run.session_id)
-
-
 def event_stream(
     state: AppState,
     events: AsyncIterator[dict[str, Any]],
@@ -127,8 +123,8 @@ async def create_response(request: Request) -> Response:
     req = validated_body(ResponseCreate, data)
     state = app_state(request)
     inp = parse_input(req.items())  # 400 naming the item before anything is stored
-    if inp.approvals:  # decisions about a waiting agent's calls: that response goes on
-        return await _approved(state, who, req, inp)
+    if inp.approvals:  # decisions about a waiting agent's calls: a new response goes on
+        return await _approved(state, who, req, inp, route_header)
     if planning.stateless(req) and (handle := await planning.raw_model(state, who, req.model)):
         # Nothing to keep or continue: the raw model answers in the request (no session).
         rid = ids.mint(ids.RESPONSE, ids.route_key(route_header))
@@ -150,33 +146,35 @@ async def create_response(request: Request) -> Response:
     if planned.forget and not turn.inline:
         service.forget_later(state, who.tenant_id, planned.session_id, run.id)
     if req.stream:
-        events = read.response_events(state, run)
+        events = read.response_events(state, read.of_run(run))
         return event_stream(state, events, planned.session_id, turn.on_drop)
     if req.background:
-        body = read.response_base(run)
+        body = read.response_base(read.of_run(run))
         body["status"] = "queued" if run.status == RunStatus.QUEUED else "in_progress"
         return _json(body, planned.session_id)
     end = await turn.finish(request.is_disconnected)
     if planned.agent.spec.kind == "model":  # one reply: the Response from the end in memory
         body = read.from_end(run, end.run, end.public)
     else:
-        body = await read.final_response(state, run)
+        body = await read.final_response(state, read.of_run(run))
     if planned.forget:
         await service.forget_session(state, who.tenant_id, planned.session_id)
     return _json(body, planned.session_id)
 
 
-async def _approved(state: AppState, who: Any, req: ResponseCreate, inp: Any) -> Response:
-    """The response that waited for approval, going on with the decisions."""
-    run, after = await service.resume_approved(state, who, req, inp)
+async def _approved(
+    state: AppState, who: Any, req: ResponseCreate, inp: Any, route_header: str | None
+) -> Response:
+    """The response that answers another's approval requests: its run going on."""
+    found = await service.answer_approvals(state, who, req, inp, route_header)
+    session_id = found.run.session_id
     if req.stream:
-        return event_stream(state, read.response_events(state, run, after), run.session_id)
+        return event_stream(state, read.response_events(state, found), session_id)
     if req.background:
-        body = await read.response_now(state, run)
-        body["status"] = "in_progress"  # it went on; poll it
-        return _json(body, run.session_id)
-    await state.run_manager.wait(run.id)
-    return _json(await read.final_response(state, run), run.session_id)
+        body = read.response_base(found)  # it goes on; poll it
+        return _json(body, session_id)
+    await state.run_manager.wait(found.run.id)
+    return _json(await read.final_response(state, found), session_id)
 
 
 router.add_api_route(
@@ -202,30 +200,31 @@ async def get_response(
 ) -> Response:
     """A response; with ``stream=true`` its events after ``starting_after``, live until it
     ends."""
-    run = await planning.response_run(state, who.tenant_id, response_id, "response_id")
+    found = await read.find(state, who.tenant_id, response_id, "response_id")
+    session_id = found.run.session_id
     if stream:
         after = -1 if starting_after is None else starting_after
-        return event_stream(state, read.response_events(state, run, after), _session_of(run))
-    return _json(await read.response_now(state, run), _session_of(run))
+        return event_stream(state, read.response_events(state, found, after), session_id)
+    return _json(await read.response_now(state, found), session_id)
 
 
 @router.delete("/responses/{response_id}", response_model=None)
 async def delete_response(response_id: str, state: StateDep, who: PrincipalDep) -> Response:
     """Delete a response (a running one is cancelled first); its turn stays in the session's
     memory (the chain's later responses still see it)."""
-    run = await planning.response_run(state, who.tenant_id, response_id, "response_id")
-    await service.delete_response(state, run)
+    found = await read.find(state, who.tenant_id, response_id, "response_id")
+    await service.delete_response(state, found)
     body = {"id": response_id, "object": "response.deleted", "deleted": True}
-    return _json(body, _session_of(run))
+    return _json(body, found.run.session_id)
 
 
 @router.post("/responses/{response_id}/cancel", response_model=None)
 async def cancel_response(response_id: str, state: StateDep, who: PrincipalDep) -> Response:
     """Cancel a background response (its model call and tools stop); a finished one cannot
     be cancelled."""
-    run = await planning.response_run(state, who.tenant_id, response_id, "response_id")
-    run = await service.cancel_response(state, run)
-    return _json(await read.response_now(state, run), _session_of(run))
+    found = await read.find(state, who.tenant_id, response_id, "response_id")
+    found = await service.cancel_response(state, found)
+    return _json(await read.response_now(state, found), found.run.session_id)
 
 
 @router.get("/responses/{response_id}/input_items", response_model=None)
@@ -238,5 +237,5 @@ async def list_input_items(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> Response:
     """The response's input items."""
-    run = await planning.response_run(state, who.tenant_id, response_id, "response_id")
-    return _json(read.input_items(run, order, after, limit), _session_of(run))
+    found = await read.find(state, who.tenant_id, response_id, "response_id")
+    return _json(read.input_items(found, order, after, limit), found.run.session_id)

@@ -1,4 +1,5 @@
-"""Tables: tenants, API keys, agents (versioned), sessions, messages, runs and run events."""
+"""Tables: tenants, API keys, agents (versioned), sessions, messages, runs and run events,
+and the rest of the run store's (replicas, token holds, kernels, response continuations)."""
 
 from __future__ import annotations
 
@@ -235,3 +236,21 @@ class SessionKernel(Base):
     agent: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     owner: Mapped[str] = mapped_column(sa.String(160))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ResponseContinuation(Base):
+    """A Responses API response that answered another's approval requests: it is the part of
+    its run's log after the run's ``segment``-th pause (``run.requires_action``), up to the next
+    pause or the run's end (docs/responses.md, "Agents: server-side tools and approvals").
+    ``request``: what the Response repeats of its request (``responses.response_meta``)."""
+
+    __tablename__ = "response_continuations"
+    # One response per segment: of two answers to one pause, the second is refused.
+    __table_args__ = (sa.UniqueConstraint("run_id", "segment"),)
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    segment: Mapped[int] = mapped_column(sa.Integer())
+    request: Mapped[dict[str, Any]] = mapped_column(sa.JSON())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

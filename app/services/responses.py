@@ -4,8 +4,8 @@ Where it runs is ``responses_plan``'s; here the run itself: its input (the reque
 messages for a raw model's agent, the trailing user text for an agent), its parameters, what
 the Response repeats of the request (kept in the run's ``options.response``), its submission
 by the one turn path (``submit_turn``; the run's id is the response's, ``resp_...``), and what
-happens to it afterwards: ``store: false`` sessions deleted, approvals answered, cancel,
-delete.
+happens to it afterwards: ``store: false`` sessions deleted, approvals answered (a new
+response: the run's log after its pause), cancel, delete.
 """
 
 from __future__ import annotations
@@ -13,27 +13,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 
 from agents.chat_agent import chat_message
-from app.db.models import Run
+from app.db.base import utcnow
+from app.db.models import ResponseContinuation, Run, RunEvent
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, RunNotWaiting
 from app.runtime.messages import dump_message
 from app.schemas.agents import AgentSpec
 from app.schemas.responses import ResponseCreate
-from app.schemas.vocab import CancelMode, RunStatus
+from app.schemas.vocab import CancelMode, EventType, RunStatus
 from app.services import responses_ids as ids
+from app.services import responses_read as read
 from app.services.agent_directory import AgentInfo
 from app.services.approvals import resume_run
 from app.services.auth import Principal
 from app.services.chat import holds_turns
 from app.services.responses_input import Input, model_tools, response_format
 from app.services.responses_mcp import list_servers, mcp_refs
-from app.services.responses_plan import SOURCE, Planned, response_run
-from app.services.responses_read import last_number
+from app.services.responses_plan import SOURCE, Planned, one_parent
+from app.services.responses_read import Stored
 from app.services.turns import SubmittedTurn, TurnRequest, submit_turn
 from app.state import AppState
 
@@ -186,24 +190,37 @@ async def forget_session(state: AppState, tenant_id: str, session_id: str) -> No
     state.turn_sessions.pop((tenant_id, session_id))
 
 
-async def resume_approved(
-    state: AppState, who: Principal, req: ResponseCreate, inp: Input
-) -> tuple[Run, int]:
-    """``mcp_approval_response`` items with ``previous_response_id``: the decisions about the
-    calls that response waits on (``approve``; a denial's ``reason`` is what the model reads);
-    its run goes on (docs/approvals.md). Returns the run and the number of its last stream
-    event before it went on (the answer streams after it)."""
-    if not req.previous_response_id:
+async def answer_approvals(
+    state: AppState, who: Principal, req: ResponseCreate, inp: Input, header: str | None
+) -> Stored:
+    """``mcp_approval_response`` items with ``previous_response_id`` (or ``conversation``: its
+    latest response): the decisions about the calls that response waits on (``approve``; a
+    denial's ``reason`` is what the model reads). Its run goes on (docs/approvals.md) as a new
+    response, as OpenAI answers: the continuation, the run's log after the pause (a row of
+    ``response_continuations``; the waiting response stays as it was). Returns it."""
+    conversation = one_parent(req)
+    param = "conversation" if conversation else "previous_response_id"
+    waiting: Stored | None = None
+    if req.previous_response_id:
+        previous = req.previous_response_id
+        waiting = await read.find(state, who.tenant_id, previous, param)
+    elif conversation:
+        waiting = await read.latest_in(state, who.tenant_id, conversation)
+        if waiting is None:
+            raise RunNotWaiting(f"conversation {conversation!r} has no response", param=param)
+    else:
         raise BadRequest(
-            "mcp_approval_response items answer a response: send its previous_response_id",
+            "mcp_approval_response items answer a response: send its previous_response_id"
+            " (or its conversation)",
             param="previous_response_id",
             code="missing_field",
         )
-    run = await response_run(state, who.tenant_id, req.previous_response_id, "previous_response_id")
-    if run.status != RunStatus.REQUIRES_ACTION:
+    run = waiting.run
+    segment = await _pauses(state, run.id)  # the new response's: after the run's last pause
+    if run.status != RunStatus.REQUIRES_ACTION or waiting.segment != segment - 1:
         raise RunNotWaiting(
-            f"response {run.id!r} does not wait for approval (status {run.status!r})",
-            param="previous_response_id",
+            f"response {waiting.id!r} does not wait for approval (its run is {run.status!r})",
+            param=param,
         )
     decisions = [
         {
@@ -213,30 +230,116 @@ async def resume_approved(
         }
         for item in inp.approvals
     ]
-    after = await last_number(state, run)
-    await resume_run(state, who.tenant_id, run.id, decisions)
-    return run, after
+    # Its own request's fields, but what the run goes on with is the run's (its model, its
+    # instructions and parameters) and where it waited (its conversation).
+    ran = waiting.request
+    meta = {**response_meta(req, None, run.session_id), **{k: ran.get(k) for k in _THE_RUNS}}
+    meta.pop("hold")  # how the run streams is the run's (``options.response``)
+    meta["store"] = True  # kept as its run is (store: false is not honoured here)
+    row = ResponseContinuation(
+        id=ids.mint(ids.RESPONSE, ids.route_key(header, waiting.id)),
+        tenant_id=who.tenant_id,
+        run_id=run.id,
+        segment=segment,
+        request=meta,
+        created_at=utcnow(),
+    )
+    try:
+        async with state.sessionmaker() as db, db.begin():
+            db.add(row)
+    except IntegrityError:  # answered meanwhile (another request, another replica)
+        raise RunNotWaiting(
+            f"response {waiting.id!r} does not wait for approval (answered meanwhile)",
+            param=param,
+        ) from None
+    try:
+        await resume_run(state, who.tenant_id, run.id, decisions)
+    except BaseException:  # not resumed (a bad decision, another resume first): no response
+        await _delete_continuation(state, row.id)
+        raise
+    return read.Stored(row.id, run, segment, meta, row.created_at)
 
 
-async def cancel_response(state: AppState, run: Run) -> Run:
-    """Cancel a response's run (its engine call and kernel stop, as any run's cancel); a
-    response that has ended cannot be cancelled (400, as OpenAI answers)."""
-    if RunStatus(run.status).terminal:
+# The Response's fields that describe the run itself: a continuation repeats the run's.
+_THE_RUNS = (
+    "model",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "text",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "conversation",
+)
+
+
+async def _pauses(state: AppState, run_id: str) -> int:
+    """How many times a run paused for approval (its ``run.requires_action`` events)."""
+    async with state.sessionmaker() as db:
+        found = await db.scalar(
+            sa.select(sa.func.count())
+            .select_from(RunEvent)
+            .where(RunEvent.run_id == run_id, RunEvent.type == EventType.RUN_REQUIRES_ACTION)
+        )
+    return int(found or 0)
+
+
+async def _delete_continuation(state: AppState, continuation_id: str) -> None:
+    async with state.sessionmaker() as db, db.begin():
+        await db.execute(
+            sa.delete(ResponseContinuation).where(ResponseContinuation.id == continuation_id)
+        )
+
+
+async def cancel_response(state: AppState, found: Stored) -> Stored:
+    """Cancel a response's run (its engine call and kernel stop, as any run's cancel) while
+    it is the run's latest response; one that has ended (an earlier response of the run
+    ended at its pause) cannot be cancelled (400, as OpenAI answers)."""
+    run = found.run
+    latest = await read.last_segment(state, run.id) == found.segment
+    if not latest or RunStatus(run.status).terminal:
+        status = run.status if latest else "completed"
         raise BadRequest(
-            f"Cannot cancel a response with status '{run.status}'.",
+            f"Cannot cancel a response with status '{status}'.",
             param="response_id",
             code="response_not_cancellable",
         )
     await state.run_manager.cancel(run.id, CancelMode.CANCELLED)
     async with state.sessionmaker() as db:
-        found = await db.get(Run, run.id)
-    return found if found is not None else run
+        now = await db.get(Run, run.id)
+    return replace(found, run=now) if now is not None else found
 
 
-async def delete_response(state: AppState, run: Run) -> None:
-    """Delete a response: its run and events (cancelled first while active); its turn stays
-    in the session's memory."""
-    if not RunStatus(run.status).terminal:
+async def delete_response(state: AppState, found: Stored) -> None:
+    """Delete a response (its run cancelled first while it runs as this response). A run
+    with one response goes with its events; of a run that went on after approval as several
+    responses, the one deleted is no longer found, and the run goes with the last of them.
+    Its turn stays in the session's memory."""
+    run = found.run
+    if not RunStatus(run.status).terminal and await read.last_segment(state, run.id) == (
+        found.segment
+    ):
         await state.run_manager.cancel(run.id, CancelMode.CANCELLED)
     async with state.sessionmaker() as db, db.begin():
-        await db.execute(sa.delete(Run).where(Run.id == run.id))
+        gone = True  # the run's own response is deleted (or it is now)
+        if found.meta is not None:  # a continuation
+            await db.execute(
+                sa.delete(ResponseContinuation).where(ResponseContinuation.id == found.id)
+            )
+            row = await db.get(Run, run.id)
+            gone = row is None or bool(((row.options or {}).get("response") or {}).get("deleted"))
+        left = await db.scalar(
+            sa.select(sa.func.count())
+            .select_from(ResponseContinuation)
+            .where(ResponseContinuation.run_id == run.id)
+        )
+        if gone and not left:
+            await db.execute(sa.delete(Run).where(Run.id == run.id))
+        elif found.meta is None:  # its continuations stay: the run's own is marked deleted
+            row = await db.get(Run, run.id)
+            if row is not None:
+                options = dict(row.options or {})
+                options["response"] = {**(options.get("response") or {}), "deleted": True}
+                row.options = options

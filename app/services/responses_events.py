@@ -15,7 +15,9 @@ Items from messages:
 - a tool agent's call and its result → a ``code_interpreter_call`` (the sandboxed Python tool)
   or an ``mcp_call`` (any other tool) item;
 - other agents' messages (sub-agents, task members) → ``message`` items, in order;
-- a run waiting for approval → one ``mcp_approval_request`` item per pending call.
+- a run waiting for approval → one ``mcp_approval_request`` item per pending call; the response
+  ends there, and the run's log after it is the response that answered it (a *segment*:
+  ``ResponseStream``'s ``segment``).
 """
 
 from __future__ import annotations
@@ -78,8 +80,7 @@ def response_status(run_status: str, stop_reason: str | None) -> str:
 
 def usage_of(run: dict[str, Any]) -> dict[str, Any]:
     """A run's usage in the Responses shape."""
-    usage = run.get("usage") or {}
-    prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    prompt, completion = _tokens(run)
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
@@ -178,9 +179,17 @@ class ResponseStream:
     the run's agent speaks as; ``hold``: only whole messages (no text deltas); ``quiet``: only
     the Response is wanted (its events carry no copies of it).
 
+    Segments: a run that waited for approval and went on is several responses, one per
+    *segment* of its log (cut at each ``run.requires_action``): segment 0 is the run's own
+    response, ending at its first pause (``completed`` with its ``mcp_approval_request``
+    items), and segment ``k`` the response that answered the ``k``-th pause, from the event
+    after it. ``segment`` is the one this stream maps: it reads the whole log (what earlier
+    segments did, a call waiting for its result or an MCP server listed already, carries on)
+    and makes events of its own segment only, numbered from 0, its output only its own items.
+
     Copies: an event carries copies of what changes later (an item's keys are replaced, never
     changed in place, so a shallow copy is one); the terminal event carries the Response
-    itself, final unless a paused run goes on."""
+    itself, never changed after it."""
 
     def __init__(
         self,
@@ -189,15 +198,23 @@ class ResponseStream:
         hold: bool,
         quiet: bool = False,
         mcp: dict[str, dict[str, Any]] | None = None,
+        segment: int = 0,
     ) -> None:
         self.response = base
         self.agent = agent
         self.hold = hold
         self.seq = -1
-        self.ended = False
+        self.ended = False  # this response had its terminal event: nothing after it is its
         self.quiet = quiet
-        self.paused = False  # ended waiting for approval: a resumed run's log goes on
+        self.paused = False  # it ended waiting for approval
         self.queued = False  # created queued: not announced in progress yet
+        self.segment = segment
+        self.visible = segment == 0  # the log is in this response's segment
+        self.spent = (0, 0)  # the run's prompt and completion tokens before this segment
+        self._at = 0  # the segment the log is in
+        self._between = False  # the log is at a pause before this response's segment
+        # The Response being built: ``response``, or a scratch one for earlier segments.
+        self._r = base if self.visible else {**base, "output": []}
         self._open: dict[str, Any] | None = None  # the message item being streamed
         self._call: dict[str, Any] | None = None  # a tool agent's call awaiting its result
         self._suffix = str(base["id"]).removeprefix("resp_")
@@ -212,25 +229,32 @@ class ResponseStream:
         return {"type": type_, "sequence_number": self.seq, **fields}
 
     def _snapshot(self, final: bool = False) -> dict[str, Any]:
-        if final and not self.paused:
-            return self.response  # never changed after its terminal event
-        if self.quiet:
+        if final:
+            return self._r  # never changed after its terminal event
+        if self.quiet or not self.visible:
             return {}
-        return {**self.response, "output": [dict(item) for item in self.response["output"]]}
+        return {**self._r, "output": [dict(item) for item in self._r["output"]]}
 
     def _item_id(self, prefix: str) -> str:
-        return f"{prefix}_{self._suffix}_{len(self.response['output'])}"
+        return f"{prefix}_{self._suffix}_{len(self._r['output'])}"
 
     def feed(self, type_: str, data: dict[str, Any]) -> list[dict[str, Any]]:
-        """The stream events for one run event (none for events a client does not see)."""
+        """The stream events for one run event (none for events a client does not see, nor
+        for those of other segments)."""
         if self.ended:
-            if not self.paused or type_ in (EventType.RUN_GAP, EventType.RUN_CREATED):
+            return []
+        if self._between:  # the run went on after a pause: the next segment starts
+            if type_ in (EventType.RUN_GAP, EventType.RUN_CREATED):
                 return []
             return self._go_on() + self.feed(type_, data)
+        out = self._map(type_, data)
+        return out if self.visible or type_ == EventType.ERROR else []
+
+    def _map(self, type_: str, data: dict[str, Any]) -> list[dict[str, Any]]:
         if type_ == EventType.RUN_CREATED:
             run = data.get("run") or {}
             status = response_status(run.get("status", "running"), None)
-            self.response["status"] = status
+            self._r["status"] = status
             created = self._event("response.created", response=self._snapshot())
             if status == "queued":  # OpenAI: created, queued; in_progress when it starts
                 self.queued = True
@@ -240,7 +264,7 @@ class ResponseStream:
             # The run's first event after its creation: it started (its log has no start
             # event of its own; a queued run logs nothing until it runs).
             self.queued = False
-            return [self._in_progress(), *self.feed(type_, data)]
+            return [self._in_progress(), *self._map(type_, data)]
         if type_ == EventType.MESSAGE_DELTA:
             return self._delta(data)
         if type_ == EventType.MESSAGE:
@@ -268,15 +292,20 @@ class ResponseStream:
         return []
 
     def _in_progress(self) -> dict[str, Any]:
-        self.response["status"] = "in_progress"
+        self._r["status"] = "in_progress"
         return self._event("response.in_progress", response=self._snapshot())
 
     def _go_on(self) -> list[dict[str, Any]]:
-        """A run that waited for approval goes on (its calls were decided): the response is
-        in progress again, announced as a new one is."""
-        self.ended = self.paused = False
-        self.response["status"] = "in_progress"
-        self.response.pop("completed_at", None)
+        """The run went on after a pause (its calls were decided): the next segment starts.
+        This response's own starts as any response does (``response.created``,
+        ``response.in_progress``), numbered from 0."""
+        self._between = False
+        self._at += 1
+        if self._at < self.segment:
+            self._r["output"] = []
+            return []
+        self.visible, self._r, self.seq = True, self.response, -1
+        self._r["status"] = "in_progress"
         created = self._event("response.created", response=self._snapshot())
         return [created, self._in_progress()]
 
@@ -303,8 +332,8 @@ class ResponseStream:
 
     def _open_text(self, index: int) -> list[dict[str, Any]]:
         item = message_item(self._item_id("msg"), "in_progress", [])
-        self._open = {"index": index, "item": item, "at": len(self.response["output"]), "text": ""}
-        self.response["output"].append(item)
+        self._open = {"index": index, "item": item, "at": len(self._r["output"]), "text": ""}
+        self._r["output"].append(item)
         part = text_part("")
         at = self._open["at"]
         return [
@@ -387,8 +416,8 @@ class ResponseStream:
     def _function_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         arguments = call_arguments(call)
         item = function_call_item(self._item_id("fc"), call, "")
-        at = len(self.response["output"])
-        self.response["output"].append(item)
+        at = len(self._r["output"])
+        self._r["output"].append(item)
         out = [self._event("response.output_item.added", output_index=at, item=dict(item))]
         out.append(
             self._event(
@@ -445,8 +474,8 @@ class ResponseStream:
                 "error": (result.get("errmsg") or text) if failed else None,
                 "status": "failed" if failed else "completed",
             }
-        at = len(self.response["output"])
-        self.response["output"].append(item)
+        at = len(self._r["output"])
+        self._r["output"].append(item)
         return [
             *out,
             self._event("response.output_item.added", output_index=at, item=dict(item)),
@@ -468,8 +497,8 @@ class ResponseStream:
             "tools": [dict(tool) for tool in listed.get("tools") or []],
             "error": error,
         }
-        at = len(self.response["output"])
-        self.response["output"].append(item)
+        at = len(self._r["output"])
+        self._r["output"].append(item)
         ended = "response.mcp_list_tools.failed" if error else "response.mcp_list_tools.completed"
         return [
             self._event("response.output_item.added", output_index=at, item=dict(item)),
@@ -490,8 +519,8 @@ class ResponseStream:
                 "name": tool,
                 "arguments": json.dumps(call.get("arguments") or {}, ensure_ascii=False),
             }
-            at = len(self.response["output"])
-            self.response["output"].append(item)
+            at = len(self._r["output"])
+            self._r["output"].append(item)
             out.append(self._event("response.output_item.added", output_index=at, item=dict(item)))
             out.append(self._event("response.output_item.done", output_index=at, item=dict(item)))
         return out
@@ -506,12 +535,25 @@ class ResponseStream:
             )
         if type_ == EventType.RUN_REQUIRES_ACTION:
             out += self._approval_items(data.get("tool_calls") or [])
+            if self._at < self.segment:  # a pause before this response: its segment follows
+                self._between, self.spent = True, _tokens(run)
+                return []
             self.paused = True
         self.ended = True
+        if self.spent != (0, 0):  # the run's usage counts on: this segment's is the rest
+            (prompt, completion), (before, before_out) = _tokens(run), self.spent
+            used = {"prompt_tokens": prompt - before, "completion_tokens": completion - before_out}
+            run = {**run, "usage": used}
         finished = run.get("finished_at")
         at = _timestamp(finished) if finished else None
-        name = end_response(self.response, run, data.get("error"), at)
+        name = end_response(self._r, run, data.get("error"), at)
         return [*out, self._event(name, response=self._snapshot(final=True))]
+
+
+def _tokens(run: dict[str, Any]) -> tuple[int, int]:
+    """A run's prompt and completion tokens so far (its public shape)."""
+    usage = run.get("usage") or {}
+    return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
 
 
 def _timestamp(iso: str) -> float:

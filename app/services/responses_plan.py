@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.db.models import Agent, Run
+from app.db.models import Agent, ResponseContinuation, Run
 from app.db.models import Session as SessionRow
 from app.engines.base import ModelHandle
 from app.errors import BadRequest, Conflict, NotFound, Unavailable
@@ -27,6 +27,7 @@ from app.schemas.agents import AgentCreate, AgentSpec
 from app.schemas.responses import ResponseCreate
 from app.schemas.sessions import SessionCreate
 from app.services import responses_ids as ids
+from app.services import responses_read as read
 from app.services.agent_directory import AgentInfo
 from app.services.agents import create_agent
 from app.services.auth import Principal
@@ -99,21 +100,8 @@ def stateless(req: ResponseCreate) -> bool:
     return not (req.store or req.background or req.previous_response_id or req.conversation_id())
 
 
-async def response_run(state: AppState, tenant_id: str, response_id: str, param: str) -> Run:
-    """The tenant's stored response (its run); 404 naming the id otherwise."""
-    async with state.sessionmaker() as db:
-        run = await db.get(Run, response_id) if response_id.startswith(ids.RESPONSE) else None
-    if run is None or run.tenant_id != tenant_id:
-        raise NotFound(
-            f"Response with id '{response_id}' not found.", param=param, code="response_not_found"
-        )
-    return run
-
-
-async def plan(
-    state: AppState, who: Principal, req: ResponseCreate, agent: AgentInfo, header: str | None
-) -> Planned:
-    """The session a new response runs in (module docstring)."""
+def one_parent(req: ResponseCreate) -> str | None:
+    """The request's conversation; a 400 when it names a ``previous_response_id`` too."""
     conversation = req.conversation_id()
     if req.previous_response_id and conversation:
         raise BadRequest(
@@ -121,6 +109,14 @@ async def plan(
             param="conversation",
             code="not_supported",
         )
+    return conversation
+
+
+async def plan(
+    state: AppState, who: Principal, req: ResponseCreate, agent: AgentInfo, header: str | None
+) -> Planned:
+    """The session a new response runs in (module docstring)."""
+    conversation = one_parent(req)
     if req.background and not req.store:
         raise BadRequest(
             "background responses must be stored (store: true)", param="store", code="not_supported"
@@ -139,8 +135,9 @@ async def plan(
     return Planned(session_id, agent, key, forget, new=True)
 
 
-# A chain's next turn, in one statement: the previous response's session and agent, and the
-# session's latest run (is the previous response still the chain's end?).
+# A chain's next turn, in one statement: the previous response's session and agent, the
+# session's latest run (is the previous response still the chain's end?) and the segment of
+# the run's latest response (a run that went on after approval is several responses).
 _LATEST = (
     sa.select(Run.id)
     .where(Run.session_pk == SessionRow.pk)
@@ -149,41 +146,53 @@ _LATEST = (
     .correlate(SessionRow)
     .scalar_subquery()
 )
+_LAST_SEGMENT = (
+    sa.select(sa.func.max(ResponseContinuation.segment))
+    .where(ResponseContinuation.run_id == Run.id)
+    .correlate(Run)
+    .scalar_subquery()
+)
+
+
+_CHAIN_END = (
+    sa.select(Run.tenant_id, SessionRow.id, SessionRow.agent_id, _LATEST, _LAST_SEGMENT)
+    .join(SessionRow, SessionRow.pk == Run.session_pk)
+    .where(Run.id == sa.bindparam("run_id"))
+)
 
 
 async def _continue(
     state: AppState, tenant: str, previous: str, agent: AgentInfo, key: str, forget: bool
 ) -> Planned:
     """The chain goes on in ``previous``'s session, or in a fork of it at ``previous`` (404
-    naming ``previous_response_id`` for an unknown or another tenant's response)."""
-    found = None
+    naming ``previous_response_id`` for an unknown or another tenant's response). A response
+    that waited for approval and was answered goes on only as its answer did: 409."""
+    found, run_id, segment = None, previous, 0
     if previous.startswith(ids.RESPONSE):
         async with state.sessionmaker() as db:
-            found = (
-                await db.execute(
-                    sa.select(Run.tenant_id, SessionRow.id, SessionRow.agent_id, _LATEST)
-                    .join(SessionRow, SessionRow.pk == Run.session_pk)
-                    .where(Run.id == previous)
-                )
-            ).first()
+            found = (await db.execute(_CHAIN_END, {"run_id": previous})).first()
+            if found is None:  # a continuation's id: its run's log after one of its pauses
+                cont = await db.get(ResponseContinuation, previous)
+                if cont is not None:
+                    run_id, segment = cont.run_id, cont.segment
+                    found = (await db.execute(_CHAIN_END, {"run_id": run_id})).first()
     if found is None or found[0] != tenant:
-        raise NotFound(
-            f"Response with id '{previous}' not found.",
+        raise read.not_found(previous, "previous_response_id")
+    _, session_id, agent_id, latest, last = found
+    if segment != (last or 0):
+        await read.find(state, tenant, previous, "previous_response_id")  # 404 if deleted
+        raise Conflict(
+            f"response {previous!r} waited for approval and was answered; continue from its "
+            "answer (the response whose previous_response_id it is)",
             param="previous_response_id",
-            code="response_not_found",
         )
-    _, session_id, agent_id, latest = found
-    if latest == previous and agent_id == agent.id and not forget:
+    if latest == run_id and agent_id == agent.id and not forget:
         return Planned(session_id, agent, key, forget)  # the chain's end: it goes on there
     async with state.sessionmaker() as db, db.begin():
-        parent = await db.get(Run, previous)
+        parent = await db.get(Run, run_id)
         session = await db.get(SessionRow, parent.session_pk) if parent is not None else None
         if parent is None or session is None:  # deleted meanwhile
-            raise NotFound(
-                f"Response with id '{previous}' not found.",
-                param="previous_response_id",
-                code="response_not_found",
-            )
+            raise read.not_found(previous, "previous_response_id")
         counts = await counts_at(db, session.pk, parent)
         agent_row = await db.get(Agent, agent.id)
         assert agent_row is not None

@@ -1,24 +1,124 @@
-"""Reading responses back: the Response of a run (from its event log), its stream from any
-point (``starting_after``), its input items."""
+"""Reading responses back: a stored response by its id (a run, or a continuation: a segment of
+a run that went on after approval), its Response (from the run's event log), its stream from
+any point (``starting_after``), its input items."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from app.db.models import Run, RunEvent
-from app.errors import BadRequest
+from app.db.models import ResponseContinuation, Run, RunEvent
+from app.db.models import Session as SessionRow
+from app.errors import BadRequest, NotFound
 from app.schemas.vocab import END_EVENT, EventType, RunStatus
+from app.services import responses_ids as ids
 from app.services.responses_events import ResponseStream, response_status, usage_of
 from app.state import AppState
 
 
-def response_base(run: Run) -> dict[str, Any]:
-    """The Response before any event: its request's fields (``options.response``)."""
-    meta = (run.options or {}).get("response") or {}
-    return base_of(run.id, int(run.created_at.timestamp()), meta, run.agent)
+@dataclass
+class Stored:
+    """A stored response: its run and the segment of the run's log it is (0: the run's own
+    response; ``k``: the continuation that answered the run's ``k``-th pause)."""
+
+    id: str
+    run: Run
+    segment: int = 0
+    meta: dict[str, Any] | None = None  # its request's fields (None: the run's own)
+    created: datetime | None = None  # a continuation's creation (None: the run's)
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """What the Response repeats of its request (``responses.response_meta``)."""
+        if self.meta is not None:
+            return self.meta
+        return (self.run.options or {}).get("response") or {}
+
+
+def of_run(run: Run) -> Stored:
+    """A run's own response (segment 0), as it starts."""
+    return Stored(run.id, run)
+
+
+def not_found(response_id: str, param: str) -> NotFound:
+    """404 naming the id (OpenAI's message)."""
+    return NotFound(
+        f"Response with id '{response_id}' not found.", param=param, code="response_not_found"
+    )
+
+
+async def find(state: AppState, tenant_id: str, response_id: str, param: str) -> Stored:
+    """The tenant's stored response ``response_id``: a run's own, or a continuation; 404
+    naming the id otherwise (``param``: where the request named it)."""
+    if not response_id.startswith(ids.RESPONSE):
+        raise not_found(response_id, param)
+    async with state.sessionmaker() as db:
+        run = await db.get(Run, response_id)
+        cont = None if run is not None else await db.get(ResponseContinuation, response_id)
+        if cont is not None:
+            run = await db.get(Run, cont.run_id)
+        if run is None or run.tenant_id != tenant_id:
+            raise not_found(response_id, param)
+    if cont is None:
+        if ((run.options or {}).get("response") or {}).get("deleted"):
+            raise not_found(response_id, param)  # deleted; a continuation of it stays
+        return Stored(run.id, run)
+    return Stored(cont.id, run, cont.segment, cont.request, cont.created_at)
+
+
+async def latest_in(state: AppState, tenant_id: str, conversation: str) -> Stored | None:
+    """A conversation's latest response (None: it has none; 404 for an unknown or another
+    tenant's conversation)."""
+    async with state.sessionmaker() as db:
+        session_pk = await db.scalar(
+            sa.select(SessionRow.pk).where(
+                SessionRow.tenant_id == tenant_id, SessionRow.id == conversation
+            )
+        )
+        if session_pk is None or not conversation.startswith(ids.CONVERSATION):
+            raise NotFound(
+                f"Conversation with id '{conversation}' not found.",
+                param="conversation",
+                code="conversation_not_found",
+            )
+        run = await db.scalar(
+            sa.select(Run)
+            .where(Run.session_pk == session_pk)
+            .order_by(Run.created_at.desc(), Run.id.desc())
+            .limit(1)
+        )
+        if run is None:
+            return None
+        cont = await db.scalar(
+            sa.select(ResponseContinuation)
+            .where(ResponseContinuation.run_id == run.id)
+            .order_by(ResponseContinuation.segment.desc())
+            .limit(1)
+        )
+    if cont is None:
+        return Stored(run.id, run)
+    return Stored(cont.id, run, cont.segment, cont.request, cont.created_at)
+
+
+async def last_segment(state: AppState, run_id: str) -> int:
+    """The segment of a run's latest response (0: the run's own; none answered its pauses)."""
+    async with state.sessionmaker() as db:
+        last = await db.scalar(
+            sa.select(sa.func.max(ResponseContinuation.segment)).where(
+                ResponseContinuation.run_id == run_id
+            )
+        )
+    return int(last or 0)
+
+
+def response_base(found: Stored) -> dict[str, Any]:
+    """The Response before any event: its request's fields."""
+    created = found.created or found.run.created_at
+    return base_of(found.id, int(created.timestamp()), found.request, found.run.agent)
 
 
 def base_of(response_id: str, created_at: int, meta: dict[str, Any], agent: str) -> dict[str, Any]:
@@ -52,12 +152,14 @@ def base_of(response_id: str, created_at: int, meta: dict[str, Any], agent: str)
     }
 
 
-def stream_of(run: Run, quiet: bool = False) -> ResponseStream:
-    """A fresh mapper of ``run``'s events (``quiet``: for its Response only)."""
+def stream_of(found: Stored, quiet: bool = False) -> ResponseStream:
+    """A fresh mapper of the response's events (``quiet``: for its Response only); how the
+    run's messages stream and its MCP servers' tools are the run's."""
+    run = found.run
     meta = (run.options or {}).get("response") or {}
-    return ResponseStream(
-        response_base(run), run.agent, bool(meta.get("hold")), quiet, meta.get("mcp")
-    )
+    base = response_base(found)
+    hold = bool(meta.get("hold"))
+    return ResponseStream(base, run.agent, hold, quiet, meta.get("mcp"), found.segment)
 
 
 async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -71,46 +173,47 @@ async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, di
         return [(int(seq), str(type_), data) for seq, type_, data in rows]
 
 
-async def response_now(state: AppState, run: Run) -> dict[str, Any]:
+async def response_now(state: AppState, found: Stored) -> dict[str, Any]:
     """The Response as stored now (a running one: what its stored events show so far)."""
-    stream = stream_of(run, quiet=True)
+    run = found.run
+    stream = stream_of(found, quiet=True)
     for _, type_, data in await stored_events(state, run.id):
         stream.feed(type_, data)
+        if stream.ended:
+            break
     response = stream.response
     if not stream.ended:
         response["status"] = response_status(run.status, run.stop_reason)
         if RunStatus(run.status).terminal:  # ended without its event stored (a crash)
-            response["usage"] = usage_of(
-                {
-                    "usage": {
-                        "prompt_tokens": run.prompt_tokens,
-                        "completion_tokens": run.completion_tokens,
-                    }
-                }
-            )
+            prompt, completion = stream.spent
+            used = {
+                "prompt_tokens": run.prompt_tokens - prompt,
+                "completion_tokens": run.completion_tokens - completion,
+            }
+            response["usage"] = usage_of({"usage": used})
     return response
 
 
 async def response_events(
-    state: AppState, run: Run, starting_after: int = -1
+    state: AppState, found: Stored, starting_after: int = -1
 ) -> AsyncIterator[dict[str, Any]]:
-    """The Response's stream events after ``starting_after``, live until the run ends (the
+    """The Response's stream events after ``starting_after``, live until it ends (the run's
     whole log replayed through the mapper: the numbers are the ones first sent)."""
-    stream = stream_of(run)
-    async for event in state.run_manager.follow(run.id, 0):
+    stream = stream_of(found)
+    async for event in state.run_manager.follow(found.run.id, 0):
         for out in stream.feed(event.type, event.data):
             if out["sequence_number"] > starting_after:
                 yield out
-        if stream.ended and not stream.paused:
-            return  # (a pause ends the follow unless the run went on after it)
+        if stream.ended:
+            return  # (at its pause too: the run's log after it is the next response's)
 
 
-async def final_response(state: AppState, run: Run) -> dict[str, Any]:
-    """The Response of a run that has ended (its whole log)."""
-    stream = stream_of(run, quiet=True)
-    async for event in state.run_manager.follow(run.id, 0):
+async def final_response(state: AppState, found: Stored) -> dict[str, Any]:
+    """The Response once it has ended (its run ended or paused)."""
+    stream = stream_of(found, quiet=True)
+    async for event in state.run_manager.follow(found.run.id, 0):
         stream.feed(event.type, event.data)
-        if stream.ended and not stream.paused:
+        if stream.ended:
             break
     return stream.response
 
@@ -120,7 +223,7 @@ def from_end(run: Run, final: Run, public: dict[str, Any]) -> dict[str, Any]:
     memory (``final``, its ``public`` shape): its log is ``run.created``, the reply's deltas,
     the reply, the terminal event, and the deltas change nothing in the Response, so this is
     what replaying the stored log gives, without reading it."""
-    stream = stream_of(run, quiet=True)
+    stream = stream_of(of_run(run), quiet=True)
     stream.feed(EventType.RUN_CREATED, {"run": {"status": "running"}})
     if final.output:
         stream.feed(EventType.MESSAGE, {"index": 0, "message": final.output})
@@ -132,22 +235,14 @@ def from_end(run: Run, final: Run, public: dict[str, Any]) -> dict[str, Any]:
     return stream.response
 
 
-async def last_number(state: AppState, run: Run) -> int:
-    """The number of the last stream event of the run's stored log (-1: none)."""
-    stream = stream_of(run, quiet=True)
-    for _, type_, data in await stored_events(state, run.id):
-        stream.feed(type_, data)
-    return stream.seq
-
-
-def input_items(run: Run, order: str, after: str | None, limit: int) -> dict[str, Any]:
+def input_items(found: Stored, order: str, after: str | None, limit: int) -> dict[str, Any]:
     """``GET /v1/responses/{id}/input_items``: the request's input as items with ids."""
     if order not in ("asc", "desc"):
         raise BadRequest("order must be asc or desc", param="order")
     if not 1 <= limit <= 100:
         raise BadRequest("limit must be between 1 and 100", param="limit")
-    meta = (run.options or {}).get("response") or {}
-    items = [_as_item(run.id, i, item) for i, item in enumerate(meta.get("input") or [])]
+    inputs = found.request.get("input") or []
+    items = [_as_item(found.id, i, item) for i, item in enumerate(inputs)]
     return item_page(items, order, after, limit)
 
 

@@ -1,6 +1,6 @@
 """Stored agents through the Responses API (SQLite and PostgreSQL): their tool calls as
-``mcp_call`` items, a call waiting for approval as an ``mcp_approval_request`` item, resumed by
-an ``mcp_approval_response`` input item with ``previous_response_id``."""
+``mcp_call`` items, an MCP server's tools as an ``mcp_list_tools`` item. A call waiting for
+approval (``mcp_approval_request``) and its answer: test_responses_approval_continuation.py."""
 
 from __future__ import annotations
 
@@ -81,67 +81,6 @@ async def test_an_agents_tool_call_is_an_mcp_call_item(
     assert json.loads(call.arguments) == {"expression": "6 * 7"}
     assert call.output == "42" and call.error is None and call.status == "completed"
     assert answer.type == "message" and response.output_text == "The answer is 42."
-
-
-async def test_approval_request_then_response_resumes_the_run(
-    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
-) -> None:
-    await _agent(client, "careful", approval={"tools": ["Calculator"]})
-    waiting = await oai.responses.create(model="careful", input="6 times 7?")
-    assert waiting.status == "completed"
-    [request] = [item for item in waiting.output if item.type == "mcp_approval_request"]
-    assert request.name == "Calculator"
-    assert json.loads(request.arguments) == {"expression": "6 * 7"}
-    raw = await client.post(
-        "/v1/responses",
-        json={
-            "model": "careful",
-            "previous_response_id": waiting.id,
-            "stream": True,
-            "input": [
-                {
-                    "type": "mcp_approval_response",
-                    "approval_request_id": request.id,
-                    "approve": True,
-                },
-            ],
-        },
-    )
-    assert raw.status_code == 200, raw.text
-    events = valid_events(raw.text)
-    first = events[0]["sequence_number"]
-    assert events[0]["type"] == "response.created" and first > 0
-    assert events[-1]["type"] == "response.completed"
-    done = events[-1]["response"]
-    assert done["id"] == waiting.id and done["status"] == "completed"
-    assert [i["type"] for i in done["output"]] == ["mcp_approval_request", "mcp_call", "message"]
-    assert done["output"][-1]["content"][0]["text"] == "The answer is 42."
-    # The whole stream, replayed, holds both parts with the same numbers.
-    replay = await oai.responses.retrieve(waiting.id, stream=True)
-    numbers = [event.sequence_number async for event in replay]
-    assert numbers[-len(events) :] == [e["sequence_number"] for e in events]
-    assert (await oai.responses.retrieve(waiting.id)).output_text == "The answer is 42."
-
-
-async def test_a_denied_call_and_errors(oai: openai.AsyncOpenAI, client: httpx.AsyncClient) -> None:
-    await _agent(client, "careful", approval={"tools": ["Calculator"]})
-    waiting = await oai.responses.create(model="careful", input="6 times 7?")
-    request_id = waiting.output[-1].id
-    decision: Any = {"type": "mcp_approval_response", "approval_request_id": request_id,
-                     "approve": False, "reason": "not now"}  # fmt: skip
-    with pytest.raises(openai.BadRequestError) as missing:
-        await oai.responses.create(model="careful", input=[decision])
-    assert missing.value.body["param"] == "previous_response_id"  # type: ignore[index]
-    denied = await oai.responses.create(
-        model="careful", input=[decision], previous_response_id=waiting.id
-    )
-    assert denied.status == "completed"
-    assert denied.output_text == "The answer is 42."
-    with pytest.raises(openai.ConflictError) as again:  # it no longer waits
-        await oai.responses.create(
-            model="careful", input=[decision], previous_response_id=waiting.id
-        )
-    assert again.value.code == "run_not_waiting"
 
 
 async def test_an_mcp_server_is_listed_before_its_first_call(
