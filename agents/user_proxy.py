@@ -55,21 +55,22 @@ class UserProxyAgent(ConversableAgent):
         self,
         name: str,
         llm: AsyncBaseLLM | None = None,
+        retrieval: Any = None,  # Byzer-Agent's argument; this port has no retrieval service
         system_message: str | None = None,
+        is_termination_msg: Callable[[AgentMessage], bool] | None = None,
+        max_consecutive_auto_reply: int | None = None,
+        human_input_mode: HumanInputMode = "ALWAYS",
+        *,
+        human_input: Callable[[str], Any] | str | None = None,
         agent: BaseAgent | None = None,
         directory: AgentDirectory | None = None,
-        max_consecutive_auto_reply: int = 10,
-        is_termination_msg: Callable[[AgentMessage], bool] | None = None,
-        human_input_mode: HumanInputMode = "ALWAYS",
-        human_input: Callable[[str], Any] | str | None = None,
-        retrieval: Any = None,  # Byzer-Agent's argument; this port has no retrieval service
+        **options: Any,
     ) -> None:
         if human_input_mode not in ("ALWAYS", "TERMINATE", "NEVER"):
             raise ValueError("human_input_mode must be 'ALWAYS', 'TERMINATE' or 'NEVER'")
         super().__init__(
-            name, llm=llm, system_message=system_message, agent=agent, directory=directory,
-            max_consecutive_auto_reply=max_consecutive_auto_reply,
-            is_termination_msg=is_termination_msg,
+            name, llm, retrieval, system_message, is_termination_msg,
+            max_consecutive_auto_reply, agent=agent, directory=directory, **options,
         )  # fmt: skip
         self.human_input_mode = human_input_mode
         self.human_input = human_input
