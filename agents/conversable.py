@@ -423,7 +423,7 @@ def prompt(*_: Any, **__: Any) -> Callable[[Any], Any]:
                 if key == "self":
                     continue
                 pattern = r"\{\{\s*" + re.escape(key) + r"\s*\}\}"
-                text = re.sub(pattern, lambda _, v=value: str(v), text)
+                text = re.sub(pattern, str(value).replace("\\", "\\\\"), text)
             return text
 
         return functools.wraps(func)(render)
