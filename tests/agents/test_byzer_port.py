@@ -206,3 +206,47 @@ def test_what_cannot_be_ported_says_what_to_pass() -> None:
     c = ConversableAgent("a")  # implicit: it joins, but the name is taken there
     with pytest.raises(ValueError, match="already registered"):
         b.meet(c)
+
+
+# -- a person asked in the middle of a reply function (the question at depth) ---------------
+class Planner(ConversableAgent):
+    """Asks the person a question from inside its reply, then goes on with the answer."""
+
+    asking = False
+
+    @byzerllm.agent_reply()
+    async def plan(self, raw_message, messages=None, sender=None, config=None):  # type: ignore[no-untyped-def]
+        if self.asking:  # the person's answer to our question: the waiting reply reads it
+            return True, None
+        self.asking = True
+        await self.send({"content": "Which city?"}, "user")
+        self.asking = False
+        city = self._messages["user"][-1]["content"]
+        return True, {"content": f"A trip to {city}. TERMINATE", "metadata": {}}
+
+
+async def test_a_question_at_depth_resumes_where_it_was_asked() -> None:
+    from agents.actions.approval import Decision
+    from agents.user_proxy import WAIT, Conversation
+
+    user = UserProxyAgent("user", human_input_mode="ALWAYS", human_input=WAIT)
+    planner = Planner("planner", None, None)
+    chat = Conversation(user, planner)
+
+    reply = await chat("Plan a trip.", session_id="s")
+    assert reply.content == "Which city?"
+    (call,) = chat.pending["s"].calls
+    assert "Which city?" in call.arguments["prompt"]
+
+    # The planner's reply function is still waiting inside its send(): the answer reaches it.
+    said = [m async for m in chat.resume_stream({call.id: Decision.edit({"reply": "Paris"})}, "s")]
+    assert [(m.sender, m.receiver, m.content) for m in said] == [
+        ("user", "planner", "Paris"),
+        ("planner", "user", "A trip to Paris. TERMINATE"),
+    ]
+    (call,) = chat.pending["s"].calls  # asked about the closing message too (ALWAYS)
+    reply = await chat.resume({call.id: Decision.deny()}, session_id="s")
+    assert "s" not in chat.pending and reply.content == ""
+    assert [m.content for m in user.directory.transcript] == [
+        "Plan a trip.", "Which city?", "Paris", "A trip to Paris. TERMINATE",
+    ]  # fmt: skip
