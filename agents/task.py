@@ -62,6 +62,7 @@ class Task(AsyncAgent):
         erase_substeps: bool = False,
         allow_null_result: bool = False,
         config: TaskConfig | None = None,
+        default_human_response: str | None = None,
     ) -> None:
         if not isinstance(agent, BaseAgent):
             raise TypeError(f"{type(agent).__name__} is not an agent")
@@ -79,6 +80,8 @@ class Task(AsyncAgent):
         if system_message is not None:
             agent.template = system_message
         self.interactive = interactive
+        if user is None and default_human_response is not None:  # langroid's: the person's
+            user = _constant(default_human_response)  # answer, without asking anyone
         self.user = user
         self.single_round = single_round
         self.done = done
@@ -382,6 +385,13 @@ def run_batch_tasks(
             turns, max_cost, max_tokens,
         )
     )  # fmt: skip
+
+
+def _constant(answer: str) -> UserResponder:
+    def respond(message: AgentMessage | None) -> str:
+        return answer
+
+    return respond
 
 
 #: The async and sync fronts are one class (``run`` is sync, ``run_async`` / ``await task()``).

@@ -117,7 +117,15 @@ class TaskRun:
         self.limits = limits or RunLimits()
         self.agent: Any = task.agent  # a ToolAgent (model_turn, run_tool) or any agent
         self.session_id = session_id
-        self.limit = turns if turns is not None else task.max_turns
+        caps = [n for n in (turns, task.max_turns) if n is not None]
+        self.limit = min(caps) if caps else None
+        #: langroid: reaching the run's own ``turns`` is FIXED_TURNS (an intended stop, with
+        #: a result); reaching the task's ``max_turns`` is MAX_TURNS.
+        self.turns_status = (
+            StatusCode.FIXED_TURNS
+            if turns is not None and (task.max_turns is None or turns < task.max_turns)
+            else StatusCode.MAX_TURNS
+        )
         self.usage = usage
         self.kwargs = {**task.gen_params, **kwargs}
         self.last_sub: str | None = None  # the sub-task that answered last (round robin)
@@ -377,7 +385,7 @@ class TaskRun:
                 elif stalled >= task.max_stalled_steps:
                     status = StatusCode.STALLED
                 elif self.limit is not None and self.turns >= self.limit:
-                    status = StatusCode.MAX_TURNS
+                    status = self.turns_status
                 if status is not None:
                     content = pending.content if status == StatusCode.DONE and pending else None
                     yield self._final(status, content, caller)
@@ -475,7 +483,7 @@ class TaskRun:
         if repeating_cycle(self.history, task.loop_repeats, task.max_cycle_len):
             return StatusCode.INF_LOOP
         if self.limit is not None and self.turns >= self.limit:
-            return StatusCode.MAX_TURNS
+            return self.turns_status
         return None
 
     # -- memory ------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ class StatusCode(StrEnum):
     """Why a task run ended (langroid's names)."""
 
     DONE = "DONE"  # a done rule fired (done tool, done_if_*, the done predicate, single round)
-    MAX_TURNS = "MAX_TURNS"  # ``turns`` / ``max_turns`` steps were taken
+    MAX_TURNS = "MAX_TURNS"  # the task's ``max_turns`` steps were taken
+    FIXED_TURNS = "FIXED_TURNS"  # the run's own ``turns`` steps were taken (langroid's)
     STALLED = "STALLED"  # ``max_stalled_steps`` steps in a row had no response
     INF_LOOP = "INF_LOOP"  # the same cycle of messages kept repeating
     BUDGET = "BUDGET"  # the token or cost budget was spent

@@ -200,7 +200,7 @@ async def test_task_kill() -> None:
         agent,
         interactive=False,
         single_round=False,
-        user=lambda message: "ok",  # langroid: default_human_response="ok"
+        default_human_response="ok",
         config=lr.TaskConfig(inf_loop_cycle_len=0),  # turn off cycle detection
     )
     # start task
