@@ -413,7 +413,10 @@ class TaskRun:
                 self.last_sub = entity
             to = response.receiver  # an explicit address (a model's or a handler's choice)
             to_caller = to is not None and self.parent is not None and to == self.parent.name
-            response = self._addressed(entity, response)
+            addressed = self._addressed(entity, response)
+            if id(response) in self.remembered:  # the same message: stored once, not twice
+                self.remembered.add(id(addressed))
+            response = addressed
             self.history.append((entity, str(response.content)))
             status = StatusCode.DONE if to_caller else self._status_after(entity, response, sender)
             if status is not None:

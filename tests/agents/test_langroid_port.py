@@ -263,3 +263,95 @@ def test_the_result_reads_like_langroids_and_chains_into_another_task() -> None:
     done_by_tool.enable_message(IntentTool)
     result = Task(done_by_tool, config=lr.TaskConfig(done_if_tool=True)).run("go")
     assert [(type(t), t.intent) for t in result.tool_messages] == [(IntentTool, "question")]
+
+
+# -- langroid's README quick start, with `import agents.langroid as lr` ---------------------
+def test_readme_quick_start_with_chat_agent_config() -> None:
+    import agents.langroid as lr
+
+    # set up LLM (langroid: lm.OpenAIGPTConfig(chat_model=...); here a model object)
+    llm_cfg = ScriptedLLM(["Beijing", "New Delhi", "Hi! How can I help?"])
+    # use LLM in an Agent
+    agent_cfg = lr.ChatAgentConfig(llm=llm_cfg)
+    agent = lr.ChatAgent(agent_cfg)
+    agent.llm_response("What is the capital of China?")
+    response = agent.llm_response("And India?")  # maintains conversation state
+    assert response.content == "New Delhi"
+    assert llm_cfg.calls[1]["messages"][1:] == [
+        {"role": "user", "content": "What is the capital of China?"},
+        {"role": "assistant", "content": "Beijing"},
+        {"role": "user", "content": "And India?"},
+    ]
+
+    # wrap Agent in a Task to run interactive loop with user (or other agents)
+    task = lr.Task(agent, name="Bot", system_message="You are a helpful assistant")
+    assert task.run("Hello").status == lr.StatusCode.STALLED  # nobody but the model here
+
+    # 2-Agent chat loop: Teacher Agent asks questions to Student Agent
+    agent_cfg = lr.ChatAgentConfig(llm=ScriptedLLM(["What is 2+3?", "5"], cycle=True))
+    teacher_agent = lr.ChatAgent(agent_cfg)
+    teacher_task = lr.Task(
+        teacher_agent,
+        name="Teacher",
+        system_message="""
+        Ask your student concise numbers questions, and give feedback.
+        Start with a question.
+        """,
+    )
+    student_agent = lr.ChatAgent(agent_cfg)
+    student_task = lr.Task(
+        student_agent,
+        name="Student",
+        system_message="Concisely answer the teacher's questions.",
+        single_round=True,
+    )
+
+    teacher_task.add_sub_task(student_task)
+    result = teacher_task.run()
+    assert result.metadata.status == lr.StatusCode.INF_LOOP  # the script repeats itself
+    assert [(m.sender, m.content) for m in result.messages[:2]] == [
+        ("Teacher", "What is 2+3?"),
+        ("Student", "5"),
+    ]
+
+
+class ProbeTool(lr.ToolMessage):
+    request: str = "probe"  # specifies which agent method handles this tool
+    purpose: str = """
+        To find how many numbers in my list are less than or equal to
+        the <number> you specify.
+        """  # description used to instruct the LLM on when/how to use the tool
+    number: int  # required argument to the tool
+
+
+def test_readme_spy_game_agent_with_the_function_call_api() -> None:
+    import agents.langroid as lr
+
+    class SpyGameAgent(lr.ChatAgent):
+        def __init__(self, config: lr.ChatAgentConfig):
+            super().__init__(config)
+            self.numbers = [3, 4, 8, 11, 15, 25, 40, 80, 90]
+
+        def probe(self, msg: ProbeTool) -> str:
+            # return how many numbers in self.numbers are less or equal to msg.number
+            return str(len([n for n in self.numbers if n <= msg.number]))
+
+    call = {"name": "probe", "arguments": {"number": 10}}
+    llm = ScriptedLLM([{"content": "", "tool_calls": [call]}, "Three numbers. DONE"])
+    spy_game_agent = SpyGameAgent(
+        lr.ChatAgentConfig(
+            name="Spy",
+            llm=llm,
+            vecdb=None,
+            use_tools=False,  #  don't use Langroid native tool
+            use_functions_api=True,  # use OpenAI function-call API
+        )
+    )
+    spy_game_agent.enable_message(ProbeTool)
+    result = lr.Task(spy_game_agent, interactive=False).run("How many are <= 10?")
+
+    assert result.content == "Three numbers."
+    assert [t["function"]["name"] for t in llm.calls[0]["params"]["tools"]] == ["probe"]
+    assert llm.calls[1]["messages"][-1]["role"] == "tool"
+    assert llm.calls[1]["messages"][-1]["content"] == "3"
+    assert [m["content"] for m in llm.calls[1]["messages"]].count("3") == 1  # shown once
