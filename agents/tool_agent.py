@@ -8,8 +8,10 @@ as ``PLUGIN_RETURN`` / ``CODE_RETURN``; and the final answer as ``END``. Calls a
 stored in memory (with state END), so the next model turn sees them. Nothing the model writes
 makes it raise.
 
-One module of ~350 lines on purpose: the loop's phases (model, parser, executor, the pause
-before a call that needs approval and its resume) share the loop's state.
+One module on purpose: the loop's phases (model, parser, executor, the pause before a call
+that needs approval and its resume) share the loop's state, and langroid's responders
+(``llm_response``, ``agent_response``, ``handle_message_fallback``) are entry points into the
+same phases.
 """
 
 from __future__ import annotations
