@@ -11,11 +11,12 @@ and ``Conversation``, a user proxy and its peer served as one agent that can wai
 - ``"NEVER"``: never (Byzer-Agent's README uses this, with ``max_consecutive_auto_reply=0``).
 
 The person is asked through ``human_input`` (a callable, sync or async, given the prompt), by
-default the console. With ``human_input=WAIT`` the question becomes an approval: the proxy
-raises ``HumanInputRequired`` with a pending call ``human_input`` (arguments ``{"prompt"}``);
-``Conversation`` turns that into a paused turn (``conversation.pending[session]``), continued
-by ``resume`` with a decision: ``edit({"reply": text})`` answers ``text``, ``approve`` answers
-nothing (an empty answer), ``deny`` is ``exit``.
+default the console. With ``human_input=WAIT`` the question becomes an approval, a pending
+call ``human_input`` (arguments ``{"prompt", "peer"}``): in a ``Conversation`` the turn stops
+there (``conversation.pending[session]``) while the conversation waits where it asked, at any
+depth, until ``resume`` brings a decision: ``edit({"reply": text})`` answers ``text``,
+``approve`` answers nothing (an empty answer), ``deny`` is ``exit``. Outside a
+``Conversation`` the proxy raises ``HumanInputRequired`` instead.
 """
 
 from __future__ import annotations
