@@ -22,6 +22,7 @@ depth, until ``resume`` brings a decision: ``edit({"reply": text})`` answers ``t
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -130,7 +131,7 @@ class _Live:
 
     queue: asyncio.Queue[Any]
     task: asyncio.Task[None] | None = None
-    future: asyncio.Future[str] | None = None
+    future: asyncio.Future[tuple[str, contextvars.Context]] | None = None
     call_id: str = ""
 
 
@@ -179,10 +180,17 @@ class Conversation(AsyncAgent):
             queue.put_nowait(None)
 
     async def _ask(self, live: _Live, call: PendingCall, peer: str) -> str:
-        """The proxy's question: the stream stops here, the conversation waits for the answer."""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        """The proxy's question: the stream stops here, the conversation waits for the answer.
+        It goes on in the context of the turn that answers (its usage scope, budget checks,
+        trace), as if that turn ran it."""
+        future: asyncio.Future[tuple[str, contextvars.Context]] = (
+            asyncio.get_running_loop().create_future()
+        )
         live.queue.put_nowait(("ask", call, peer, future))
-        return await future
+        text, context = await future
+        for var, value in context.items():
+            var.set(value)
+        return text
 
     async def _drain(self, session_id: SessionId, live: _Live) -> AsyncIterator[AgentMessage]:
         """Stream the conversation's messages until it ends or asks the person; a question
@@ -266,11 +274,20 @@ class Conversation(AsyncAgent):
         live = self._live.pop(session_id, None)
         if live is not None and live.call_id == waiting.calls[0].id and live.future is not None:
             if live.task is not None and not live.task.done():
-                live.future.set_result(text)
-                return self._continue(self._ended(self._drain(session_id, live)), session_id)
+                return self._continue(self._ended(self._answer(session_id, live, text)), session_id)
         peer = self.user.directory.get(str(waiting.extra.get("peer") or self.recipient.name))
         _, reply = self.user.human_answer(text.strip(), terminating=False)
         return self._continue(self._resumed(session_id, peer, reply), session_id)
+
+    async def _answer(
+        self, session_id: SessionId, live: _Live, text: str
+    ) -> AsyncIterator[AgentMessage]:
+        """Hand the waiting conversation the answer (with this turn's context), then stream
+        what it says next."""
+        assert live.future is not None
+        live.future.set_result((text, contextvars.copy_context()))
+        async for item in self._drain(session_id, live):
+            yield item
 
     async def _resumed(
         self, session_id: SessionId, peer: ConversableAgent, reply: Any

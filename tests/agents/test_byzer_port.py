@@ -250,3 +250,21 @@ async def test_a_question_at_depth_resumes_where_it_was_asked() -> None:
     assert [m.content for m in user.directory.transcript] == [
         "Plan a trip.", "Which city?", "Paris", "A trip to Paris. TERMINATE",
     ]  # fmt: skip
+
+
+async def test_what_follows_an_answer_counts_in_the_turn_that_answered() -> None:
+    from agents.actions.approval import Decision
+    from agents.llms.base import usage_scope
+    from agents.user_proxy import WAIT, Conversation
+
+    user = UserProxyAgent("user", human_input_mode="ALWAYS", human_input=WAIT)
+    poet = ConversableAgent("poet", ScriptedLLM(["Roses are red.", "Violets are blue too."]))
+    chat = Conversation(user, poet)
+    with usage_scope() as first:
+        await chat("A poem, please.", session_id="s")
+    spent = first.total_tokens
+    (call,) = chat.pending["s"].calls
+    with usage_scope() as second:
+        reply = await chat.resume({call.id: Decision.edit({"reply": "More!"})}, session_id="s")
+    assert reply.content == "Violets are blue too."
+    assert second.completion_tokens == 4 and first.total_tokens == spent  # the second turn's
