@@ -1,6 +1,7 @@
 """AgentStation's agent library: lagent v1's programming model on one async streaming core."""
 
 from agents.agent import Agent, AsyncAgent, BaseAgent
+from agents.chat_document import ChatDocMetaData, ChatDocument
 from agents.compose import AgentDict, AgentList, AsyncSequential, Sequential
 from agents.conversable import AgentDirectory, ConversableAgent
 from agents.memory import Memory, MemoryManager
@@ -20,6 +21,7 @@ from agents.task import (
     run_batch_tasks,
     run_batch_tasks_async,
 )
+from agents.task_result import TaskResult
 from agents.task_types import (
     AT,
     DONE,
@@ -31,10 +33,9 @@ from agents.task_types import (
     Entity,
     StatusCode,
     TaskConfig,
-    TaskResult,
 )
 from agents.tool_agent import AsyncToolAgent, ToolAgent
-from agents.tool_message import DoneTool, RecipientTool, ToolMessage
+from agents.tool_message import DoneTool, RecipientTool, ResultTool, ToolMessage
 
 __all__ = [
     "AT",
@@ -58,6 +59,8 @@ __all__ = [
     "AsyncToolAgent",
     "BaseAgent",
     "Budget",
+    "ChatDocMetaData",
+    "ChatDocument",
     "ConversableAgent",
     "DoneTool",
     "Entity",
@@ -65,6 +68,7 @@ __all__ = [
     "MemoryManager",
     "ModelStatusCode",
     "RecipientTool",
+    "ResultTool",
     "Sequential",
     "StatusCode",
     "Task",

@@ -18,9 +18,12 @@ the message's ``extra_info``). A conversation stops when a message is a terminat
 
 from __future__ import annotations
 
+import functools
 import inspect
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from agents.agent import AsyncAgent, BaseAgent
@@ -36,10 +39,28 @@ TERMINATE = "TERMINATE"
 class AgentDirectory:
     """Agents by name; delivers messages by their ``receiver`` and records them all."""
 
-    def __init__(self, on_message: Callable[[AgentMessage], Any] | None = None) -> None:
+    def __init__(
+        self, on_message: Callable[[AgentMessage], Any] | None = None, *, implicit: bool = False
+    ) -> None:
         self.agents: dict[str, ConversableAgent] = {}
         self.transcript: list[AgentMessage] = []
         self.on_message = on_message
+        #: Made for an agent created without one: it joins the directory of the first agent
+        #: it talks with (as Byzer-Agent's agents reach each other without any directory).
+        self.implicit = implicit
+
+    def absorb(self, other: AgentDirectory) -> None:
+        """Take ``other``'s agents (and transcript) in: they are reachable from here on."""
+        if other is self:
+            return
+        for name, agent in other.agents.items():
+            if self.agents.get(name, agent) is not agent:
+                raise ValueError(f"an agent named {name!r} is already registered")
+        for agent in other.agents.values():
+            self.agents[agent.name] = agent
+            agent.directory = self
+        self.transcript[:0] = other.transcript
+        other.agents.clear()
 
     def register(self, agent: ConversableAgent) -> None:
         """Make ``agent`` reachable by its name."""
@@ -72,22 +93,45 @@ class AgentDirectory:
 class ConversableAgent:
     """An agent with a name, per-peer history and a chain of reply functions."""
 
+    #: ``max_consecutive_auto_reply=None`` means this many (AutoGen's is 100).
+    MAX_CONSECUTIVE_AUTO_REPLY = 10
+
     def __init__(
         self,
         name: str,
         llm: AsyncBaseLLM | None = None,
+        retrieval: Any = None,  # Byzer-Agent's argument; this port has no retrieval service
         system_message: str | None = None,
+        is_termination_msg: Callable[[AgentMessage], bool] | None = None,
+        max_consecutive_auto_reply: int | None = None,
+        human_input_mode: str = "NEVER",
+        *,
         agent: BaseAgent | None = None,
         directory: AgentDirectory | None = None,
-        max_consecutive_auto_reply: int = 10,
-        is_termination_msg: Callable[[AgentMessage], bool] | None = None,
+        description: str | None = None,
+        **options: Any,
     ) -> None:
+        """Byzer-Agent's arguments in its order (``name, llm, retrieval, system_message,
+        is_termination_msg, max_consecutive_auto_reply, human_input_mode``); ``agent``: an
+        agent that answers instead of ``llm``; ``directory``: where names resolve (default:
+        the directory of the first agent this one talks with). Other Byzer-LLM options
+        (``code_execution_config``, ``chat_wrapper``, ...) are kept in ``options``, unused."""
+        if human_input_mode != "NEVER" and type(self) is ConversableAgent:
+            raise ValueError(
+                "a ConversableAgent never asks a person: use agents.user_proxy.UserProxyAgent "
+                f"for human_input_mode={human_input_mode!r}"
+            )
+        self.retrieval = retrieval
+        self.description = description
+        self.options = options
         self.name = name
         if agent is None and llm is not None:
             agent = AsyncAgent(llm, template=system_message, name=name)
         self.agent = agent  # answers with one memory per peer (session id = the peer's name)
-        self.directory = directory if directory is not None else AgentDirectory()
+        self.directory = directory if directory is not None else AgentDirectory(implicit=True)
         self.directory.register(self)
+        if max_consecutive_auto_reply is None:
+            max_consecutive_auto_reply = self.MAX_CONSECUTIVE_AUTO_REPLY
         self.max_consecutive_auto_reply = max_consecutive_auto_reply
         self.is_termination_msg = is_termination_msg or is_terminate
         self.chat_messages: dict[str, list[AgentMessage]] = {}
@@ -197,6 +241,11 @@ class ConversableAgent:
             for item in source:
                 yield _piece(item)
 
+    @property
+    def _messages(self) -> dict[str, list[AgentMessage]]:
+        """Byzer-Agent's name for ``chat_messages`` (its README reads ``self._messages``)."""
+        return self.chat_messages
+
     def get_chat_messages(self) -> dict[str, list[AgentMessage]]:
         """Byzer-Agent's ``get_chat_messages``: every peer's history, by the peer's name."""
         return self.chat_messages
@@ -207,9 +256,26 @@ class ConversableAgent:
     ) -> None:
         """Send to an agent (or its name) in the directory; it may answer back."""
         name = recipient if isinstance(recipient, str) else recipient.name
+        if not isinstance(recipient, str):
+            self.meet(recipient)
         msg = as_message(message, self.name, name)
         self.chat_messages.setdefault(name, []).append(msg)
         await self.directory.deliver(msg, request_reply)
+
+    def meet(self, peer: ConversableAgent) -> None:
+        """Make ``peer`` reachable by name: an implicit directory (an agent made without
+        one) joins the other side's; two explicit directories must be the same."""
+        mine, theirs = self.directory, peer.directory
+        if mine is theirs:
+            return
+        if theirs.implicit:
+            mine.absorb(theirs)
+        elif mine.implicit:
+            theirs.absorb(mine)
+        else:
+            raise ValueError(
+                f"{self.name!r} and {peer.name!r} are in different AgentDirectory objects"
+            )
 
     async def receive(
         self, message: AgentMessage, sender: ConversableAgent, request_reply: bool = True
@@ -292,21 +358,94 @@ class Agents:
     """Byzer-Agent's ``Agents`` factory."""
 
     @staticmethod
-    def create_remote_agent(
-        url: str,
-        name: str,
-        directory: AgentDirectory | None = None,
-        api_key: str | None = None,
-        **kwargs: Any,
-    ) -> ConversableAgent:
-        """A named agent that lives on another server, spoken to over A2A
-        (``agents.remote.RemoteAgent``): Byzer-Agent's remote (Ray) agent's role. ``url`` is
-        the remote agent's A2A base URL (AgentStation: ``/a2a/<agent>/``); ``kwargs`` go to
-        ``RemoteAgent`` (``headers``, ``timeout_s``, ...)."""
-        from agents.remote import RemoteAgent
+    def create_local_agent(
+        cls: type[ConversableAgent], name: str, llm: Any = None, retrieval: Any = None,
+        *args: Any, **kwargs: Any,
+    ) -> ConversableAgent:  # fmt: skip
+        """``cls(name, llm, retrieval, *args, **kwargs)``: the agent, made here."""
+        return cls(name, llm, retrieval, *args, **kwargs)
 
-        remote = RemoteAgent(url, name=name, api_key=api_key, **kwargs)
-        return ConversableAgent(name, agent=remote, directory=directory)
+    @staticmethod
+    def create_remote_agent(
+        cls: type[ConversableAgent] | str, name: str, llm: Any = None, retrieval: Any = None,
+        *args: Any, directory: AgentDirectory | None = None, api_key: str | None = None,
+        **kwargs: Any,
+    ) -> ConversableAgent:  # fmt: skip
+        """Byzer-Agent's remote agent, in one of two forms.
+
+        ``create_remote_agent(AgentB, "bob", llm, retrieval, ...)`` (Byzer-Agent's call): there
+        is no Ray cluster to start an actor on, so the agent is made in this process, as
+        ``create_local_agent`` makes it; it is reached by name and answers like the actor
+        would (replies, streams, termination).
+
+        ``create_remote_agent(url, "bob", directory=..., api_key=...)``: an agent that lives
+        on another server (an AgentStation's ``/a2a/<agent>/``, or any A2A server), spoken
+        to over A2A through ``agents.remote.RemoteAgent`` (``kwargs`` go to it: ``headers``,
+        ``timeout_s``, ...)."""
+        if isinstance(cls, str):
+            from agents.remote import RemoteAgent
+
+            remote = RemoteAgent(cls, name=name, api_key=api_key, **kwargs)
+            return ConversableAgent(name, agent=remote, directory=directory)
+        if not (isinstance(cls, type) and issubclass(cls, ConversableAgent)):
+            raise TypeError(
+                "create_remote_agent takes a ConversableAgent subclass (Byzer-Agent's call: "
+                "the agent runs here) or the A2A URL of an agent on another server, not "
+                f"{type(cls).__name__}"
+            )
+        if directory is not None:
+            kwargs["directory"] = directory
+        if api_key is not None:
+            raise TypeError("api_key is for the URL form (an agent on another server)")
+        return Agents.create_local_agent(cls, name, llm, retrieval, *args, **kwargs)
+
+    create_remote_detached_agent = create_remote_agent
+
+
+def get_agent_name(agent: ConversableAgent | str) -> str:
+    """Byzer-Agent's ``get_agent_name``: an agent's name (a name as is)."""
+    return agent if isinstance(agent, str) else agent.name
+
+
+def prompt(*_: Any, **__: Any) -> Callable[[Any], Any]:
+    """Byzer-LLM's ``@byzerllm.prompt()`` on a method without a model: calling it returns its
+    docstring, dedented, with ``{{ name }}`` replaced by the call's arguments."""
+
+    def wrap(func: Any) -> Any:
+        template = inspect.cleandoc(func.__doc__ or "")
+        signature = inspect.signature(func)
+
+        def render(*args: Any, **kwargs: Any) -> str:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            text = template
+            for key, value in bound.arguments.items():
+                if key == "self":
+                    continue
+                pattern = r"\{\{\s*" + re.escape(key) + r"\s*\}\}"
+                text = re.sub(pattern, str(value).replace("\\", "\\\\"), text)
+            return text
+
+        return functools.wraps(func)(render)
+
+    return wrap
+
+
+@dataclass
+class ChatResponse:
+    """Byzer-Agent's ``ChatResponse`` (a reply function may answer one)."""
+
+    status: int
+    output: str
+    code: str
+    prompt: str
+    variables: dict[str, Any] = field(default_factory=dict)
+    raw_output: str = ""
+
+
+#: Byzer-Agent's type names: its ``Agent`` and Ray's actor handle are conversable agents here.
+Agent = ConversableAgent
+ClientActorHandle = ConversableAgent
 
 
 def is_terminate(message: AgentMessage) -> bool:
@@ -318,9 +457,15 @@ def is_terminate(message: AgentMessage) -> bool:
 
 
 def as_message(message: Any, sender: str, receiver: str) -> AgentMessage:
-    """A reply (a string, an ``AgentMessage`` or ``{"content", "metadata"}``) as a message."""
+    """A reply (a string, an ``AgentMessage``, ``{"content", "metadata"}`` or a
+    ``ChatResponse``: its ``output``, the rest in ``extra_info``) as a message."""
     if isinstance(message, AgentMessage):
         return message.model_copy(update={"sender": sender, "receiver": receiver})
+    if isinstance(message, ChatResponse):
+        info = {k: v for k, v in vars(message).items() if k != "output"}
+        return AgentMessage(
+            sender=sender, receiver=receiver, content=message.output, extra_info=info
+        )
     if isinstance(message, dict) and "content" in message:
         meta = message.get("metadata")
         return AgentMessage(
@@ -340,11 +485,16 @@ def _piece(item: Any) -> tuple[str, Any]:
 
 __all__ = [
     "TERMINATE",
+    "Agent",
     "AgentDirectory",
     "Agents",
+    "ChatResponse",
+    "ClientActorHandle",
     "ConversableAgent",
     "ReplyFunc",
     "agent_reply",
     "as_message",
+    "get_agent_name",
     "is_terminate",
+    "prompt",
 ]

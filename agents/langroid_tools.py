@@ -143,6 +143,17 @@ class LangroidTools:
         return fits[0] if len(fits) == 1 else None
 
 
+def user_method(obj: Any, name: str) -> Any:
+    """``obj``'s method ``name`` when a class of the program defines it (not one of the
+    library's own: langroid's overridable responders and tool handlers), else None."""
+    for klass in type(obj).__mro__:
+        if klass.__module__.startswith("agents.") or klass is object:
+            continue
+        if callable(vars(klass).get(name)):
+            return getattr(obj, name)
+    return None
+
+
 def top_level_json(text: str) -> list[tuple[int, dict[str, Any]]]:
     """Every top-level JSON object in ``text`` (fenced or bare), with where it starts."""
     found: list[tuple[int, dict[str, Any]]] = []
@@ -160,4 +171,4 @@ def top_level_json(text: str) -> list[tuple[int, dict[str, Any]]]:
     return found
 
 
-__all__ = ["LangroidTools", "top_level_json"]
+__all__ = ["LangroidTools", "top_level_json", "user_method"]

@@ -117,3 +117,18 @@ class AgentMessage(BaseModel):
     def copy(self, *, deep: bool = False, **_: Any) -> AgentMessage:  # type: ignore[override,unused-ignore]
         """lagent's ``msg.copy(deep=True)`` without pydantic's deprecation warning."""
         return self.model_copy(deep=deep)
+
+    # Byzer-Agent's reply functions read messages as dicts ``{"content", "metadata"}``.
+    def get(self, key: str, default: Any = None) -> Any:
+        """``message.get("content")``, ``.get("metadata", {})`` (``extra_info``) or a field."""
+        name = "extra_info" if key == "metadata" else key
+        value = getattr(self, name, None) if name in type(self).model_fields else None
+        return default if value is None else value
+
+    def __getitem__(self, key: str) -> Any:
+        """``message["content"]``, ``message["metadata"]`` (``extra_info``, ``{}`` if none)."""
+        name = "extra_info" if key == "metadata" else key
+        if name not in type(self).model_fields:
+            raise KeyError(key)
+        value = getattr(self, name)
+        return {} if key == "metadata" and value is None else value

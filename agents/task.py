@@ -17,11 +17,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from typing import Any, ClassVar
 
 from agents.agent import AsyncAgent, BaseAgent
-from agents.llms.base import Usage, usage_scope
+from agents.chat_document import plain_message
+from agents.llms.base import usage_scope
 from agents.memory import SessionId
 from agents.schema import AgentMessage, AgentStatusCode
+from agents.task_result import TaskResult, result_of
 from agents.task_run import RunLimits, TaskRun
-from agents.task_types import Budget, Entity, StatusCode, TaskConfig, TaskResult
+from agents.task_types import Budget, Entity, StatusCode, TaskConfig
+from agents.tool_message import RESULT_TOOLS
 
 DoneRule = Callable[[AgentMessage], bool] | str
 UserResponder = Callable[[AgentMessage | None], str | Awaitable[str | None] | None]
@@ -59,6 +62,7 @@ class Task(AsyncAgent):
         erase_substeps: bool = False,
         allow_null_result: bool = False,
         config: TaskConfig | None = None,
+        default_human_response: str | None = None,
     ) -> None:
         if not isinstance(agent, BaseAgent):
             raise TypeError(f"{type(agent).__name__} is not an agent")
@@ -76,6 +80,8 @@ class Task(AsyncAgent):
         if system_message is not None:
             agent.template = system_message
         self.interactive = interactive
+        if user is None and default_human_response is not None:  # langroid's: the person's
+            user = _constant(default_human_response)  # answer, without asking anyone
         self.user = user
         self.single_round = single_round
         self.done = done
@@ -211,7 +217,7 @@ class Task(AsyncAgent):
         turns = None if turns is not None and turns <= 0 else turns  # langroid: -1 = no limit
         with usage_scope() as usage:
             run = TaskRun(self, session_id, turns, usage, kwargs, caller, limits)
-            async for chunk in run.steps(message[-1] if message else None):
+            async for chunk in run.steps(plain_message(message[-1]) if message else None):
                 yield chunk
 
     async def run_async(
@@ -233,14 +239,20 @@ class Task(AsyncAgent):
         the model calls."""
         messages: list[AgentMessage] = []
         inputs = [] if message is None else [message]
+        results = RESULT_TOOLS.get()
+        token = RESULT_TOOLS.set([]) if results is None else None  # the top-level run's
         stream = self._stream(
             *inputs, session_id=session_id, turns=turns, caller=caller, max_cost=max_cost,
             max_tokens=max_tokens, allow_restart=allow_restart, **kwargs,
         )  # fmt: skip
-        async for chunk in stream:
-            if chunk.stream_state == AgentStatusCode.END:
-                messages.append(chunk)
-        return result_of(messages)
+        try:
+            async for chunk in stream:
+                if chunk.stream_state == AgentStatusCode.END:
+                    messages.append(chunk)
+            return result_of(messages, self.agent, RESULT_TOOLS.get() or [])
+        finally:
+            if token is not None:
+                RESULT_TOOLS.reset(token)
 
     def run(
         self,
@@ -261,22 +273,6 @@ class Task(AsyncAgent):
                 message, turns, caller, max_cost, max_tokens, session_id, allow_restart, **kwargs
             )
         )
-
-
-def result_of(messages: list[AgentMessage]) -> TaskResult:
-    """A ``TaskResult`` from a run's END messages (the last one carries the status)."""
-    last = messages[-1]
-    info = last.extra_info if isinstance(last.extra_info, dict) else {}
-    usage = Usage(**{k: v for k, v in (info.get("usage") or {}).items() if k != "total_tokens"})
-    return TaskResult(
-        status=StatusCode(info.get("status", StatusCode.DONE.value)),
-        content=last.content if last.content != "" else None,
-        message=last,
-        messages=messages,
-        turns=int(info.get("turns", 0)),
-        usage=usage,
-        cost=float(info.get("cost", 0.0)),
-    )
 
 
 async def run_batch_async(
@@ -389,6 +385,13 @@ def run_batch_tasks(
             turns, max_cost, max_tokens,
         )
     )  # fmt: skip
+
+
+def _constant(answer: str) -> UserResponder:
+    def respond(message: AgentMessage | None) -> str:
+        return answer
+
+    return respond
 
 
 #: The async and sync fronts are one class (``run`` is sync, ``run_async`` / ``await task()``).

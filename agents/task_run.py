@@ -19,6 +19,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agents.chat_document import chat_document, plain_message
+from agents.langroid_tools import user_method
 from agents.llms.base import Usage
 from agents.schema import ActionValidCode, AgentMessage, AgentStatusCode
 from agents.task_types import (
@@ -32,7 +34,6 @@ from agents.task_types import (
     repeating_cycle,
     result_info,
 )
-from agents.tool_message import DoneTool
 
 if TYPE_CHECKING:
     from agents.task import Task
@@ -116,7 +117,15 @@ class TaskRun:
         self.limits = limits or RunLimits()
         self.agent: Any = task.agent  # a ToolAgent (model_turn, run_tool) or any agent
         self.session_id = session_id
-        self.limit = turns if turns is not None else task.max_turns
+        caps = [n for n in (turns, task.max_turns) if n is not None]
+        self.limit = min(caps) if caps else None
+        #: langroid: reaching the run's own ``turns`` is FIXED_TURNS (an intended stop, with
+        #: a result); reaching the task's ``max_turns`` is MAX_TURNS.
+        self.turns_status = (
+            StatusCode.FIXED_TURNS
+            if turns is not None and (task.max_turns is None or turns < task.max_turns)
+            else StatusCode.MAX_TURNS
+        )
         self.usage = usage
         self.kwargs = {**task.gen_params, **kwargs}
         self.last_sub: str | None = None  # the sub-task that answered last (round robin)
@@ -124,6 +133,8 @@ class TaskRun:
         self.remembered: set[int] = set()  # ids of messages already in the agent's memory
         self.turns = 0
         self.caller = "user"
+        self.sender: str | None = None  # the responder that sent the pending message
+        self._customs: dict[str, Any] | None = None
 
     # -- responders --------------------------------------------------------------------------
     def responders(self) -> list[str]:
@@ -148,6 +159,8 @@ class TaskRun:
         if to is not None and to not in (self.display(entity), entity):
             return False  # addressed to another responder
         if entity == Entity.AGENT:
+            if pending is not None and self._custom("agent_response") is not None:
+                return sender != Entity.AGENT  # the program's own agent_response decides
             if pending is None or sender == Entity.USER or (sender is None and not self.parent):
                 return False  # tools never run from the person's text (langroid's rule)
             if sender == Entity.LLM:
@@ -175,7 +188,50 @@ class TaskRun:
             self.agent.update_memory(stored, session_id=self.session_id)
             self.remembered.add(id(message))
 
+    def _custom(self, responder: str) -> Any:
+        """The agent's own ``<responder>_async`` or ``<responder>`` (langroid's overridable
+        ``llm_response`` / ``agent_response``), when the program's class defines one."""
+        if self._customs is None:
+            self._customs = {
+                name: user_method(self.agent, f"{name}_async") or user_method(self.agent, name)
+                for name in ("llm_response", "agent_response")
+            }
+        return self._customs[responder]
+
+    async def _custom_response(
+        self, entity: str, pending: AgentMessage | None, sender: str | None
+    ) -> AgentMessage | None:
+        """The program's own ``llm_response`` / ``agent_response`` (``entity``) answer to
+        ``pending`` (a ``ChatDocument`` from the sender's entity), as the agent's plain
+        message (None: no answer)."""
+        method = self._custom(f"{entity}_response")
+        source = sender if sender in (Entity.LLM, Entity.AGENT, Entity.USER) else Entity.USER
+        doc = None if pending is None else chat_document(pending, source, agent=self.agent)
+        if inspect.iscoroutinefunction(method):
+            answer = await method(doc)
+        else:  # a sync responder may block: off the loop
+            answer = await asyncio.to_thread(method, doc)
+        if answer is None or (isinstance(answer, str) and not answer.strip()):
+            return None
+        if isinstance(answer, AgentMessage):
+            message = plain_message(answer)
+            if entity == Entity.AGENT and message.sender != self.agent.name:
+                return message  # a tool's result: from the tool that made it
+            message = message.model_copy(update={"sender": self.agent.name})
+        else:
+            message = AgentMessage(sender=self.agent.name, content=str(answer))
+        if entity == Entity.LLM:
+            return self.agent.parse_call(message) if self.task.tool_loop else message
+        info = message.extra_info if isinstance(message.extra_info, dict) else {}
+        return message.model_copy(update={"extra_info": {"fallback": True, **info}})
+
     async def _llm(self, pending: AgentMessage | None) -> AsyncGenerator[Step]:
+        if self._custom("llm_response") is not None:  # the program's own llm_response
+            self._remember(pending)
+            answer = await self._custom_response(Entity.LLM, pending, self.sender)
+            self._remember(answer)
+            yield "final", answer
+            return
         inputs = () if pending is None else (pending,)
         reply: AgentMessage | None = None
         if self.task.tool_loop:  # one model call: its tool calls are the tools' to answer
@@ -205,14 +261,15 @@ class TaskRun:
         a tool one agent uses and another handles), with this agent's parse of it."""
         if not self.task.tool_loop or not isinstance(message.content, str):
             return None
-        parse = getattr(self.agent.output_format, "parse_response", None)
-        parsed = parse(message.content) if parse is not None else None
-        copy = message.model_copy(update={"formatted": parsed})
-        self.agent._recognize(copy)
+        copy = self.agent.parse_call(message.model_copy(update={"formatted": None}))
         return copy if self.agent.handles(copy.formatted) else None
 
     async def _tools(self, pending: AgentMessage | None) -> AsyncGenerator[Step]:
         assert pending is not None
+        if self._custom("agent_response") is not None:  # the program's own agent_response
+            answer = await self._custom_response(Entity.AGENT, pending, self.sender)
+            yield "final", answer
+            return
         if self.task.wants_tool(pending) and pending.sender == self.agent.name:
             call: AgentMessage | None = pending
         else:
@@ -231,19 +288,10 @@ class TaskRun:
         yield "final", result
 
     def _fallback(self, pending: AgentMessage) -> AgentMessage | None:
-        answer = self.agent.handle_message_fallback(pending)
-        if answer is None:
-            return None
-        if isinstance(answer, str) and answer == "done":  # langroid's NonToolAction.DONE
-            return pending.model_copy(update={"extra_info": {"done": True}})
-        if isinstance(answer, DoneTool):  # langroid: a fallback may end the task with a result
-            done = {"done": True}
-            return AgentMessage(sender=self.agent.name, content=answer.content, extra_info=done)
-        if isinstance(answer, AgentMessage):
-            message = answer
-        else:
-            message = AgentMessage(sender=self.agent.name, content=str(answer))
-        return message.model_copy(update={"extra_info": {"fallback": True}})
+        """langroid's ``handle_message_fallback`` for the model's reply without a tool."""
+        message = chat_document(pending, Entity.LLM, self.agent.name, agent=self.agent)
+        answer: AgentMessage | None = self.agent.fallback_response(message)
+        return answer
 
     async def _user(self, pending: AgentMessage | None) -> AsyncGenerator[Step]:
         answer = self.task.user(pending) if self.task.user else await _ask_console(pending)
@@ -298,6 +346,7 @@ class TaskRun:
                 return
             response, entity, tried = None, None, []
             no_answer: tuple[str, AgentMessage] | None = None  # someone said DO-NOT-KNOW
+            self.sender = sender
             try:
                 for name in self.responders():
                     if not self.eligible(name, pending, sender, to):
@@ -336,7 +385,7 @@ class TaskRun:
                 elif stalled >= task.max_stalled_steps:
                     status = StatusCode.STALLED
                 elif self.limit is not None and self.turns >= self.limit:
-                    status = StatusCode.MAX_TURNS
+                    status = self.turns_status
                 if status is not None:
                     content = pending.content if status == StatusCode.DONE and pending else None
                     yield self._final(status, content, caller)
@@ -364,7 +413,10 @@ class TaskRun:
                 self.last_sub = entity
             to = response.receiver  # an explicit address (a model's or a handler's choice)
             to_caller = to is not None and self.parent is not None and to == self.parent.name
-            response = self._addressed(entity, response)
+            addressed = self._addressed(entity, response)
+            if id(response) in self.remembered:  # the same message: stored once, not twice
+                self.remembered.add(id(addressed))
+            response = addressed
             self.history.append((entity, str(response.content)))
             status = StatusCode.DONE if to_caller else self._status_after(entity, response, sender)
             if status is not None:
@@ -434,7 +486,7 @@ class TaskRun:
         if repeating_cycle(self.history, task.loop_repeats, task.max_cycle_len):
             return StatusCode.INF_LOOP
         if self.limit is not None and self.turns >= self.limit:
-            return StatusCode.MAX_TURNS
+            return self.turns_status
         return None
 
     # -- memory ------------------------------------------------------------------------------

@@ -1,21 +1,21 @@
-"""What a ``Task`` run reports: status codes, responder names, budgets, the result."""
+"""What a ``Task`` run reports: status codes, responder names, budgets (the result: task_result)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from agents.llms.base import Usage
-from agents.schema import AgentMessage
 
 
 class StatusCode(StrEnum):
     """Why a task run ended (langroid's names)."""
 
     DONE = "DONE"  # a done rule fired (done tool, done_if_*, the done predicate, single round)
-    MAX_TURNS = "MAX_TURNS"  # ``turns`` / ``max_turns`` steps were taken
+    MAX_TURNS = "MAX_TURNS"  # the task's ``max_turns`` steps were taken
+    FIXED_TURNS = "FIXED_TURNS"  # the run's own ``turns`` steps were taken (langroid's)
     STALLED = "STALLED"  # ``max_stalled_steps`` steps in a row had no response
     INF_LOOP = "INF_LOOP"  # the same cycle of messages kept repeating
     BUDGET = "BUDGET"  # the token or cost budget was spent
@@ -63,6 +63,7 @@ class Entity:
     LLM = "llm"  # the agent's model (or, for an agent without tools, the agent itself)
     AGENT = "agent"  # the agent's tools: they answer the model's tool calls
     USER = "user"  # the human responder
+    SYSTEM = "system"  # langroid's system entity (a system message's sender)
 
 
 @dataclass(frozen=True)
@@ -86,25 +87,6 @@ class Budget:
         if self.max_tokens is not None and usage.total_tokens > self.max_tokens:
             return True
         return self.max_cost is not None and self.cost(usage) > self.max_cost
-
-
-@dataclass
-class TaskResult:
-    """The outcome of ``Task.run``: why it ended, the final content, every message."""
-
-    status: StatusCode
-    content: Any = None
-    message: AgentMessage | None = None
-    messages: list[AgentMessage] = field(default_factory=list)
-    turns: int = 0
-    usage: Usage = field(default_factory=Usage)
-    cost: float = 0.0
-    error: BaseException | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the task ended by a done rule."""
-        return self.status == StatusCode.DONE
 
 
 def repeating_cycle(history: Sequence[Hashable], repeats: int, max_len: int) -> int:
@@ -147,7 +129,6 @@ __all__ = [
     "Entity",
     "StatusCode",
     "TaskConfig",
-    "TaskResult",
     "repeating_cycle",
     "result_info",
 ]

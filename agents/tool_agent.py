@@ -8,8 +8,10 @@ as ``PLUGIN_RETURN`` / ``CODE_RETURN``; and the final answer as ``END``. Calls a
 stored in memory (with state END), so the next model turn sees them. Nothing the model writes
 makes it raise.
 
-One module of ~350 lines on purpose: the loop's phases (model, parser, executor, the pause
-before a call that needs approval and its resume) share the loop's state.
+One module on purpose: the loop's phases (model, parser, executor, the pause before a call
+that needs approval and its resume) share the loop's state, and langroid's responders
+(``llm_response``, ``agent_response``, ``handle_message_fallback``) are entry points into the
+same phases.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from agents.actions.approval import (
 )
 from agents.agent import Agent, AsyncAgent, BaseAgent
 from agents.aggregator import DefaultAggregator, SystemInstruction, ToolAggregator
+from agents.chat_document import ChatDocument, chat_document, plain_message, sender_entity
 from agents.hooks import Hook, action_return_text, tool_call
-from agents.langroid_tools import LangroidTools
+from agents.langroid_tools import LangroidTools, user_method
 from agents.llms.base import AsyncBaseLLM
 from agents.memory import Memory, MemorySpec, SessionId
 from agents.native import NativeToolFormat
@@ -42,7 +45,8 @@ from agents.schema import (
     AgentMessage,
     AgentStatusCode,
 )
-from agents.tool_message import ToolMessage, ToolMessageAction
+from agents.task_types import Entity
+from agents.tool_message import DoneTool, ToolMessage, ToolMessageAction
 
 _STREAM_ING = AgentStatusCode.STREAM_ING
 _END = AgentStatusCode.END
@@ -309,21 +313,119 @@ class _ToolLoop(BaseAgent):
         does not handle is another agent's to answer)."""
         if not _is_call(parsed):
             return False
-        action = parsed.get("action")
-        name = None
-        if isinstance(action, dict):
-            name = action.get("request", action.get("name"))
+        name = _call_name(parsed)
         tools = self.langroid_tools
         return not (name in tools.llm_tools_map and name not in tools.llm_tools_handled)
 
     def handle_message_fallback(self, message: AgentMessage) -> Any:
-        """langroid's fallback for a model reply with no tool this agent handles: None (no
-        answer; the next responder goes), a string or message (the agent's answer), or
-        ``"done"`` (the task ends with the reply). Default: ``handle_llm_no_tool``."""
+        """langroid's fallback for a message with no tool this agent handles, given as a
+        ``ChatDocument`` (``message.metadata.sender``: who sent it): None (no answer; in a task
+        the next responder goes), a string or message (the agent's answer), a ``DoneTool`` or
+        ``"done"`` (the task ends with it). Default, as langroid's: ``handle_llm_no_tool`` for
+        the model's replies, None for anything else."""
         option = self.handle_llm_no_tool
-        if option is None:
+        if option is None or sender_entity(message, self.name) != Entity.LLM:
             return None
         return option(message) if callable(option) else option
+
+    def fallback_response(self, message: AgentMessage) -> AgentMessage | None:
+        """``handle_message_fallback``'s answer to ``message`` as the agent's message: None,
+        one marked ``extra_info["fallback"]`` (the model reads it as a user turn), or one
+        marked ``extra_info["done"]`` (``"done"`` / a ``DoneTool``: a task ends with it)."""
+        entity = sender_entity(message, self.name)
+        answer = self.handle_message_fallback(chat_document(message, entity, agent=self))
+        if answer is None:
+            return None
+        done = {"done": True}
+        if isinstance(answer, str) and answer == "done":  # langroid's NonToolAction.DONE
+            return plain_message(message).model_copy(update={"extra_info": done})
+        if isinstance(answer, DoneTool):  # langroid: a fallback may end the task with a result
+            return AgentMessage(sender=self.name, content=answer.content, extra_info=done)
+        if isinstance(answer, AgentMessage):
+            reply = plain_message(answer)
+        elif isinstance(answer, ToolMessage):  # a call for another agent to handle
+            reply = AgentMessage(sender=self.name, content=answer.to_json())
+        else:
+            reply = AgentMessage(sender=self.name, content=str(answer))
+        return reply.model_copy(update={"extra_info": {"fallback": True}})
+
+    def parse_call(self, message: AgentMessage) -> AgentMessage:
+        """A copy of ``message`` with its tool call (in the agent's format or langroid's JSON)
+        in ``formatted``: what the agent's parser makes of another's text."""
+        parsed = message.formatted
+        if not _is_call(parsed) and isinstance(message.content, str):
+            parse = getattr(self.output_format, "parse_response", None)
+            parsed = parse(message.content) if parse is not None else None
+        copy = plain_message(message).model_copy(update={"formatted": parsed})
+        self._recognize(copy)
+        return copy
+
+    # -- langroid's responders, called directly ---------------------------------------------
+    async def llm_response_async(
+        self, message: AgentMessage | str | None = None, session_id: SessionId = 0, **kwargs: Any
+    ) -> ChatDocument:
+        """langroid's ``llm_response``: one model call on the session's history and
+        ``message`` (both kept in memory); the reply as a ``ChatDocument`` from the model,
+        its ``ToolMessage`` call (if any) in ``tool_messages``."""
+        inputs: tuple[AgentMessage, ...] = ()
+        if message is not None:
+            inputs = (_as_input(message),)
+            self.update_memory(list(inputs), session_id=session_id)
+        reply: AgentMessage | None = None
+        async for chunk in self.model_turn(inputs, session_id, **kwargs):
+            if chunk.stream_state == _END:
+                reply = chunk
+        assert reply is not None
+        self.update_memory(reply, session_id=session_id)
+        return chat_document(reply, Entity.LLM, self.name, agent=self)
+
+    def llm_response(
+        self, message: AgentMessage | str | None = None, session_id: SessionId = 0, **kwargs: Any
+    ) -> ChatDocument:
+        """``llm_response_async`` from sync code."""
+        from agents.utils import run_sync
+
+        return run_sync(self.llm_response_async(message, session_id, **kwargs))
+
+    async def agent_response_async(
+        self, message: AgentMessage | str | None = None, session_id: SessionId = 0
+    ) -> ChatDocument | None:
+        """langroid's ``agent_response``: the result of the tool call ``message`` holds (a
+        tool this agent handles), else ``handle_message_fallback``'s answer; None when there
+        is neither. As langroid, a message from the user (a string, or a ``ChatDocument``
+        whose ``metadata.sender`` is the user) runs only tools the model may use."""
+        if message is None:
+            return None
+        entity = sender_entity(message, self.name)
+        call = self.parse_call(_as_input(message))
+        name = _call_name(call.formatted)
+        tools = self.langroid_tools
+        hidden = name in tools.llm_tools_map and name not in tools.llm_tools_usable
+        if entity == Entity.USER and hidden:  # langroid's GHSA-gjgq-w2m6-wr5q rule
+            call = call.model_copy(update={"formatted": None})
+        if not _is_call(call.formatted) or not self.handles(call.formatted):
+            answer = self.fallback_response(chat_document(message, entity, agent=self))
+            return None if answer is None else chat_document(answer, Entity.AGENT, self.name)
+        result = await self.run_tool(call, session_id)
+        return chat_document(result, Entity.AGENT, self.name)
+
+    def agent_response(
+        self, message: AgentMessage | str | None = None, session_id: SessionId = 0
+    ) -> ChatDocument | None:
+        """``agent_response_async`` from sync code."""
+        from agents.utils import run_sync
+
+        return run_sync(self.agent_response_async(message, session_id))
+
+    def create_llm_response(self, content: str | None = None, **fields: Any) -> ChatDocument:
+        """langroid's ``create_llm_response``: a ``ChatDocument`` from this agent's model."""
+        return chat_document(AgentMessage(sender=self.name, content=content or "", **fields),
+                             Entity.LLM, self.name)  # fmt: skip
+
+    def create_agent_response(self, content: str | None = None, **fields: Any) -> ChatDocument:
+        """langroid's ``create_agent_response``: a ``ChatDocument`` from this agent itself."""
+        return chat_document(AgentMessage(sender=self.name, content=content or "", **fields),
+                             Entity.AGENT, self.name)  # fmt: skip
 
     def wants_tool(self, reply: AgentMessage) -> bool:
         """Whether ``reply`` (a model turn's) is a tool call this agent answers, well-formed
@@ -367,12 +469,7 @@ class _ToolLoop(BaseAgent):
     def _method_handler(self, request: str) -> Any:
         """langroid's handler on the agent: a method named after the tool's ``request``,
         defined by the agent's own class (never one of the library's methods)."""
-        for klass in type(self).__mro__:
-            if klass.__module__.startswith("agents.") or klass is object:
-                continue
-            if callable(vars(klass).get(request)):
-                return getattr(self, request)
-        return None
+        return user_method(self, request)
 
     def disable_message_handling(self, message_class: type[ToolMessage] | None = None) -> None:
         """The agent stops running this tool (every known one: None); the model may still use it."""
@@ -441,6 +538,22 @@ def call_start_state(output_format: Any, text: str) -> AgentStatusCode | None:
     if getattr(parser, "validate", None) is None:
         return AgentStatusCode.CODING
     return AgentStatusCode.PLUGIN_START
+
+
+def _as_input(message: AgentMessage | str) -> AgentMessage:
+    """An input as a plain message (a string: from the user)."""
+    if isinstance(message, str):
+        return AgentMessage(sender="user", content=message)
+    return plain_message(message)
+
+
+def _call_name(parsed: Any) -> str | None:
+    """The tool a parsed call names (None: not a call)."""
+    action = parsed.get("action") if _is_call(parsed) else None
+    if not isinstance(action, dict):
+        return None
+    name = action.get("request", action.get("name"))
+    return name if isinstance(name, str) else None
 
 
 def _is_call(parsed: Any) -> TypeGuard[dict[str, Any]]:

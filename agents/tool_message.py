@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from contextvars import ContextVar
 from random import choice
 from typing import Any, ClassVar
 
@@ -218,6 +219,28 @@ class DoneTool(ToolMessage):
         return finish(self.content)
 
 
+class ResultTool(ToolMessage):
+    """langroid's ``ResultTool``: a handler returns it (with any fields) to end the task; the
+    task's result carries it in ``tool_messages`` (the object itself, its fields as they
+    were). Not a tool the model calls."""
+
+    model_config = ConfigDict(extra="allow")
+
+    request: str = "result_tool"
+    purpose: str = "Ignored; Wrapper for a structured message"
+
+    def finish_text(self) -> str:
+        """The task's result content: this tool as JSON."""
+        return json.dumps({"request": self.request, **self.arguments()}, default=str)
+
+
+#: The ``ResultTool``s handed to ``finish`` during a ``Task.run`` (set by the run), with the
+#: text each ended its task with: the run's result finds its own among them.
+RESULT_TOOLS: ContextVar[list[tuple[str, ResultTool]] | None] = ContextVar(
+    "result_tools", default=None
+)
+
+
 class RecipientTool(ToolMessage):
     """langroid's ``RecipientTool``: the model sends ``content`` to ``intended_recipient`` (a
     sub-task's name, or the task's caller). A ``Task`` delivers it; ``create(recipients)``
@@ -314,6 +337,12 @@ class ToolMessageAction(BaseAction):
             outputs = await message.handle_async()
         if isinstance(outputs, DoneTool):  # langroid: a handler answering DoneTool ends the task
             return finish(outputs.content)
+        if isinstance(outputs, ResultTool):  # ends the task; the result carries the object
+            text = outputs.finish_text()
+            found = RESULT_TOOLS.get()
+            if found is not None:
+                found.append((text, outputs))
+            return finish(text)
         if isinstance(outputs, ToolMessage):  # a handler may answer with another tool call
             return json.dumps({"request": outputs.request, **outputs.arguments()})
         return outputs
@@ -343,4 +372,13 @@ def as_actions(tools: list[Any]) -> list[Any]:
     ]
 
 
-__all__ = ["DoneTool", "RecipientTool", "ToolMessage", "ToolMessageAction", "as_actions", "finish"]
+__all__ = [
+    "RESULT_TOOLS",
+    "DoneTool",
+    "RecipientTool",
+    "ResultTool",
+    "ToolMessage",
+    "ToolMessageAction",
+    "as_actions",
+    "finish",
+]

@@ -62,7 +62,7 @@ async def test_string_signals_can_be_turned_off() -> None:
     llm = ScriptedLLM(["DONE? not yet", "still here"])
     quiet = Task(AsyncAgent(llm, name="Q"), config=TaskConfig(recognize_string_signals=False))
     result = await quiet.run_async("hi", turns=1)
-    assert (result.status, result.content) == (StatusCode.MAX_TURNS, "DONE? not yet")
+    assert (result.status, result.content) == (StatusCode.FIXED_TURNS, "DONE? not yet")
 
 
 async def test_kill_session_kills_only_that_session() -> None:
