@@ -124,8 +124,10 @@ def served_as_uvicorn(app: Any) -> Any:
     return ProxyHeadersMiddleware(app, HOST)
 
 
-async def measure(targets: list[str], n: int, rounds: int) -> dict[str, float]:
-    """CPU seconds per request of each target, alternating in ``rounds``."""
+async def measure(targets: list[str], n: int, rounds: int, calls: bool = False) -> dict[str, float]:
+    """CPU seconds per request of each target, alternating in ``rounds``; with ``calls``,
+    function calls per request instead (cProfile's count, Python and C: load-proof), the
+    most-called functions of each target printed."""
     from app.cli import build_app
     from app.settings import Settings
     from bench.baselines import echo
@@ -150,6 +152,8 @@ async def measure(targets: list[str], n: int, rounds: int) -> dict[str, float]:
                 await call(apps[target], PATH, bodies[target])
         gc.collect()
         gc.freeze()
+        if calls:
+            return {t: await count_calls(apps[t], bodies[t], n) for t in targets}
         spent = dict.fromkeys(targets, 0.0)
         for _ in range(rounds):
             for target in targets:
@@ -161,11 +165,30 @@ async def measure(targets: list[str], n: int, rounds: int) -> dict[str, float]:
     return {t: spent[t] / (n // rounds * rounds) for t in targets}
 
 
+async def count_calls(app: Any, data: bytes, n: int) -> float:
+    """Function calls per request of ``n`` requests (cProfile); prints the most called."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(n):
+        await call(app, PATH, data)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    rows = stats.stats  # type: ignore[attr-defined]
+    top = sorted(rows.items(), key=lambda kv: -kv[1][1])[:25]
+    for (file, line, name), (_, ncalls, *_rest) in top:
+        print(f"  {ncalls / n:6.1f}  {name}  {file.rsplit('site-packages/', 1)[-1]}:{line}")
+    return float(stats.total_calls) / n  # type: ignore[attr-defined]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.stateless_cpu")
     parser.add_argument("targets", nargs="*", help=f"any of {', '.join(TARGETS)} (all)")
     parser.add_argument("--n", type=int, default=10000, help="requests per target")
     parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--calls", action="store_true", help="function calls per request")
     parser.add_argument("--tree", help="another checkout whose app and agents are measured")
     args = parser.parse_args()
     targets = list(args.targets) or list(TARGETS)
@@ -182,7 +205,7 @@ def main() -> None:
         if "fwd" in targets:
             upstream = stack.enter_context(mock_upstream())
         configure(upstream)
-        cpu = asyncio.run(measure(targets, args.n, args.rounds))
+        cpu = asyncio.run(measure(targets, args.n, args.rounds, args.calls))
     import app
 
     print(f"gateway tree: {os.path.dirname(os.path.dirname(app.__file__))}")
@@ -190,7 +213,10 @@ def main() -> None:
     for target in targets:
         anchor = "fwd" if target == "proxy" else "echo"
         ratio = f"{cpu[target] / cpu[anchor]:.3f}× {anchor}" if anchor in cpu else ""
-        print(f"{target:6s} {cpu[target] * 1e6:7.1f} µs CPU per request  {ratio}")
+        if args.calls:
+            print(f"{target:6s} {cpu[target]:7.1f} function calls per request  {ratio}")
+        else:
+            print(f"{target:6s} {cpu[target] * 1e6:7.1f} µs CPU per request  {ratio}")
 
 
 if __name__ == "__main__":

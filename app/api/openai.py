@@ -79,9 +79,26 @@ _CHAT_DOC = documented(
 )
 
 
-def idempotency_key_header(request: Request) -> str | None:
+# The three optional headers of a chat completion, read in one pass over the request's headers
+# (``request.headers.get`` scans them once per name: three scans cost as much as validating a
+# small body). Names as ASGI delivers them (lower case); the first of a repeated header wins,
+# as with ``request.headers.get``.
+_TURN_HEADERS = {b"x-session-id": 0, b"x-multitask-strategy": 1, b"idempotency-key": 2}
+
+
+def turn_headers(request: Request) -> list[str | None]:
+    """``X-Session-Id``, ``X-Multitask-Strategy`` and ``Idempotency-Key`` (None if absent)."""
+    found: list[str | None] = [None, None, None]
+    for name, value in request.scope["headers"]:
+        i = _TURN_HEADERS.get(name)
+        if i is not None and found[i] is None:
+            found[i] = value.decode("latin-1")
+    return found
+
+
+def idempotency_key_header(value: str | None) -> str | None:
     """``Idempotency-Key`` (400 over 256 characters; empty: none)."""
-    value = request.headers.get(IDEMPOTENCY_KEY_HEADER) or None
+    value = value or None
     if value is not None and len(value) > IDEMPOTENCY_KEY_MAX_LENGTH:
         raise BadRequest(
             f"{IDEMPOTENCY_KEY_HEADER}: String should have at most "
@@ -92,10 +109,9 @@ def idempotency_key_header(request: Request) -> str | None:
     return value
 
 
-def session_id_header(request: Request) -> str | None:
+def session_id_header(value: str | None) -> str | None:
     """``X-Session-Id`` (400 over 128 characters, as a ``Header(max_length=128)`` would, and
     for anything a session id cannot be)."""
-    value = request.headers.get(SESSION_ID_HEADER)
     if value is not None and len(value) > SESSION_ID_MAX_LENGTH:
         raise BadRequest(
             f"{SESSION_ID_HEADER}: String should have at most {SESSION_ID_MAX_LENGTH} characters",
@@ -112,10 +128,9 @@ def session_id_header(request: Request) -> str | None:
     return value
 
 
-def strategy_header(request: Request) -> str | None:
+def strategy_header(value: str | None) -> str | None:
     """``X-Multitask-Strategy``: what a message to a busy session does (as REST's
     ``multitask_strategy``); None: the agent's default, else ``reject``."""
-    value = request.headers.get(STRATEGY_HEADER)
     if value is None or value == "":
         return None
     if value not in STRATEGIES:
@@ -134,9 +149,10 @@ async def chat_completions(request: Request) -> Response:
     # request. The order of the checks is FastAPI's: JSON syntax, key, headers, body fields.
     data = await json_body(request)
     who = await authenticate(request)
-    x_session_id = session_id_header(request)
-    strategy = strategy_header(request)
-    idempotency_key = idempotency_key_header(request)
+    session_value, strategy_value, idempotency_value = turn_headers(request)
+    x_session_id = session_id_header(session_value)
+    strategy = strategy_header(strategy_value)
+    idempotency_key = idempotency_key_header(idempotency_value)
     body = validated_body(ChatCompletionRequest, data)
     state = app_state(request)
     agent = (await _agents(state, who.tenant_id)).get(body.model)
