@@ -92,7 +92,12 @@ class OpenAIClient:
         session = self._sessions.get(loop)
         if session is None or session.closed:
             connector = aiohttp.TCPConnector(limit=self.max_connections)
-            session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)
+            # No cookie jar: one client serves every tenant, and an upstream's cookie must not
+            # ride along on someone else's next request (nor cost a jar lookup per request).
+            jar = aiohttp.DummyCookieJar()
+            session = aiohttp.ClientSession(
+                connector=connector, timeout=self.timeout, cookie_jar=jar
+            )
             self._sessions[loop] = session
         self._last = (loop, session)
         return session

@@ -48,7 +48,10 @@ class MockOpenAI:
         if not body.get("stream"):
             message = {"role": "assistant", "content": "".join(words)}
             choice = {"index": 0, "message": message, "finish_reason": "stop"}
-            return web.json_response({"choices": [choice], "usage": usage})
+            answer = web.json_response({"choices": [choice], "usage": usage})
+            if "cookie" in step:  # as providers' edges do (e.g. a bot-management cookie)
+                answer.set_cookie("edge", step["cookie"])
+            return answer
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         try:
@@ -247,6 +250,19 @@ async def test_raw_client_relays_requests_for_the_gateway(server: MockOpenAI) ->
         ("upstream-model", True, 0),
         ("upstream-model", False, 0),
     ]
+
+
+async def test_upstream_cookies_are_never_sent_back(server: MockOpenAI) -> None:
+    """One client serves every tenant of a gateway: a cookie one answer sets must not ride
+    along on the next request (someone else's, perhaps)."""
+    server.plan = [{"words": ["a"], "cookie": "tenant-a"}, {"words": ["b"]}]
+    # By name: aiohttp's default jar ignores cookies of hosts given as IP addresses.
+    client = OpenAIClient(server.url.replace("127.0.0.1", "localhost"), "k", model="m")
+    request = {"model": "m", "messages": USER}
+    await client.complete(request)
+    await client.complete(request)
+    await client.aclose()
+    assert [r["headers"].get("Cookie") for r in server.requests] == [None, None]
 
 
 async def test_read_timeout_is_retried_then_raised(server: MockOpenAI) -> None:
