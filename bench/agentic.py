@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -316,17 +317,55 @@ async def server_round(
         before = await prefix_counters(metrics_url)
         spy = _py_spy(pid, profile)
         cpu0 = tree_cpu_s(pid)
+        threads0 = thread_cpu_s(pid)
         t0 = time.perf_counter()
         try:
             got = await asyncio.gather(*(server_session(http, url, sid) for sid in ids))
         finally:
             wall = time.perf_counter() - t0
             cpu = _cpu_delta(cpu0, tree_cpu_s(pid))
+            threads = _thread_delta(pid, threads0, thread_cpu_s(pid))
             if spy is not None:
                 spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
                 spy.wait(timeout=120)
         after = await prefix_counters(metrics_url)
-    return {"wall_s": wall, "sessions": got, "prefix": (before, after), "server_cpu_s": cpu}
+    return {"wall_s": wall, "sessions": got, "prefix": (before, after), "server_cpu_s": cpu,
+            "thread_cpu_s": threads}  # fmt: skip
+
+
+def thread_cpu_s(pid: int | None) -> dict[int, float]:
+    """User + system CPU of each thread of a server's own process (``/proc``), by thread id."""
+    out: dict[int, float] = {}
+    if pid is None:
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+                out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _thread_delta(
+    pid: int | None, before: dict[int, float], after: dict[int, float]
+) -> dict[str, float]:
+    """CPU seconds per kind of thread over a round: Python's thread names (read with
+    ``py-spy dump``, as /proc shows none) with numbers dropped: ``MainThread`` (the event
+    loop: HTTP, the agent loop, vLLM's output handler, storage), ``sandbox`` (the kernel
+    pool's loop: kernel clients), ``ThreadPoolExecutor`` (vLLM's renderer: chat template
+    and tokenization), ..."""
+    names: dict[int, str] = {}
+    if pid is not None and (VENV_BIN / "py-spy").exists():
+        dump = subprocess.run([str(VENV_BIN / "py-spy"), "dump", "--nonblocking", "--pid",
+                               str(pid)], capture_output=True, text=True, timeout=60)  # fmt: skip
+        for m in re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump.stdout, re.M):
+            names[int(m.group(1))] = re.split(r"[-_]", m.group(2))[0]
+    got: dict[str, float] = {}
+    for tid, cpu in after.items():
+        kind = names.get(tid, "other")
+        got[kind] = got.get(kind, 0.0) + cpu - before.get(tid, 0.0)
+    return got
 
 
 def _py_spy(pid: int | None, out: str | None) -> subprocess.Popen[bytes] | None:
@@ -407,6 +446,10 @@ def summarize(side: str, got: dict[str, Any]) -> dict[str, Any]:
         "server_cpu_ms_per_call": round(1000 * got.get("server_cpu_s", (0.0, 0.0))[1] / calls, 2),
         # The gateway's database statements per model call (0 on B: vLLM's server has none).
         "db_statements_per_call": round(delta.get("statements", 0.0) / calls, 2),
+        # The API process's CPU per model call by thread (A's gateway; B's vLLM API server).
+        "thread_cpu_ms_per_call": {
+            k: round(1000 * v / calls, 2) for k, v in sorted(got.get("thread_cpu_s", {}).items())
+        },
     }
 
 
