@@ -447,10 +447,21 @@ def summarize(side: str, got: dict[str, Any]) -> dict[str, Any]:
         # The gateway's database statements per model call (0 on B: vLLM's server has none).
         "db_statements_per_call": round(delta.get("statements", 0.0) / calls, 2),
         # The API process's CPU per model call by thread (A's gateway; B's vLLM API server).
-        "thread_cpu_ms_per_call": {
-            k: round(1000 * v / calls, 2) for k, v in sorted(got.get("thread_cpu_s", {}).items())
-        },
+        **_by_thread(got.get("thread_cpu_s", {}), calls),
     }
+
+
+THREAD_KINDS = {"MainThread": "loop", "sandbox": "kernels", "ThreadPoolExecutor": "renderer"}
+
+
+def _by_thread(cpu_s: dict[str, float], calls: int) -> dict[str, float]:
+    """``cpu_ms_per_call_{loop,kernels,renderer,other}``: the event loop's thread, the kernel
+    pool's, vLLM's renderer's (chat template, tokenization), the rest."""
+    out = {f"cpu_ms_per_call_{k}": 0.0 for k in (*THREAD_KINDS.values(), "other")}
+    for name, seconds in cpu_s.items():
+        key = f"cpu_ms_per_call_{THREAD_KINDS.get(name, 'other')}"
+        out[key] = round(out[key] + 1000 * seconds / calls, 2)
+    return out
 
 
 def measure(
