@@ -41,6 +41,8 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -55,6 +57,7 @@ from bench.agentic_cell import CELL, DESCRIPTION, PARAMETERS, TOOL_NAME, expecte
 from bench.common import (
     OLD,
     ROOT,
+    VENV_BIN,
     BenchOptions,
     BenchResult,
     Goal,
@@ -171,6 +174,7 @@ COUNTERS = {
     "vllm:prefix_cache_hits_total": "hits",
     "vllm:time_to_first_token_seconds_sum": "ttft_sum",
     "vllm:time_to_first_token_seconds_count": "ttft_count",
+    "bench_agentic_db_statements_total": "statements",  # side A's gateway only
 }
 
 
@@ -300,7 +304,7 @@ def _cpu_delta(before: tuple[float, float], after: tuple[float, float]) -> tuple
 
 
 async def server_round(
-    url: str, metrics_url: str, sessions: int, pid: int | None = None
+    url: str, metrics_url: str, sessions: int, pid: int | None = None, profile: str | None = None
 ) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=1800)
     conn = aiohttp.TCPConnector(limit=0)
@@ -311,13 +315,72 @@ async def server_round(
                 resp.raise_for_status()
                 ids.append(str((await resp.json())["id"]))
         before = await prefix_counters(metrics_url)
+        spy = _py_spy(pid, profile)
         cpu0 = tree_cpu_s(pid)
+        threads0 = thread_cpu_s(pid)
         t0 = time.perf_counter()
-        got = await asyncio.gather(*(server_session(http, url, sid) for sid in ids))
-        wall = time.perf_counter() - t0
-        cpu = _cpu_delta(cpu0, tree_cpu_s(pid))
+        try:
+            got = await asyncio.gather(*(server_session(http, url, sid) for sid in ids))
+        finally:
+            wall = time.perf_counter() - t0
+            cpu = _cpu_delta(cpu0, tree_cpu_s(pid))
+            threads = _thread_delta(pid, threads0, thread_cpu_s(pid))
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
+                spy.wait(timeout=120)
         after = await prefix_counters(metrics_url)
-    return {"wall_s": wall, "sessions": got, "prefix": (before, after), "server_cpu_s": cpu}
+    return {"wall_s": wall, "sessions": got, "prefix": (before, after), "server_cpu_s": cpu,
+            "thread_cpu_s": threads}  # fmt: skip
+
+
+def thread_cpu_s(pid: int | None) -> dict[int, float]:
+    """User + system CPU of each thread of a server's own process (``/proc``), by thread id."""
+    out: dict[int, float] = {}
+    if pid is None:
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+                out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _thread_delta(
+    pid: int | None, before: dict[int, float], after: dict[int, float]
+) -> dict[str, float]:
+    """CPU seconds per kind of thread over a round: Python's thread names (read with
+    ``py-spy dump``, as /proc shows none) with numbers dropped: ``MainThread`` (the event
+    loop: HTTP, the agent loop, vLLM's output handler, storage), ``sandbox`` (the kernel
+    pool's loop: kernel clients), ``ThreadPoolExecutor`` (vLLM's renderer: chat template
+    and tokenization), ..."""
+    names: dict[int, str] = {}
+    if pid is not None and (VENV_BIN / "py-spy").exists():
+        dump = subprocess.run([str(VENV_BIN / "py-spy"), "dump", "--nonblocking", "--pid",
+                               str(pid)], capture_output=True, text=True, timeout=60)  # fmt: skip
+        for m in re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump.stdout, re.M):
+            names[int(m.group(1))] = re.split(r"[-_]", m.group(2))[0]
+    got: dict[str, float] = {}
+    for tid, cpu in after.items():
+        kind = names.get(tid, "other")
+        got[kind] = got.get(kind, 0.0) + cpu - before.get(tid, 0.0)
+    return got
+
+
+def _py_spy(pid: int | None, out: str | None) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of the gateway's process for a round (``--py-spy PATH``): a
+    speedscope profile (``.json``), collapsed stacks (``.txt``) or a flame graph (any other
+    suffix)."""
+    if out is None or pid is None:
+        return None
+    fmt = {".json": "speedscope", ".txt": "raw"}.get(Path(out).suffix, "flamegraph")
+    # Non-blocking: pausing the process 200 times a second added its own CPU to the figure.
+    cmd = [str(VENV_BIN / "py-spy"), "record", "-r", "200", "--nonblocking", "--threads",
+           "--pid", str(pid), "--format", fmt, "-o", out]  # fmt: skip
+    spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the clock starts
+    return spy
 
 
 def client_round(url: str, sessions: int, steps: int, pid: int | None = None) -> dict[str, Any]:
@@ -381,27 +444,53 @@ def summarize(side: str, got: dict[str, Any]) -> dict[str, Any]:
         # engine core): not kernels, not B's SDK process (the client-side loop's own CPU).
         "api_cpu_ms_per_call": round(1000 * got.get("server_cpu_s", (0.0, 0.0))[0] / calls, 2),
         "server_cpu_ms_per_call": round(1000 * got.get("server_cpu_s", (0.0, 0.0))[1] / calls, 2),
+        # The gateway's database statements per model call (0 on B: vLLM's server has none).
+        "db_statements_per_call": round(delta.get("statements", 0.0) / calls, 2),
+        # The API process's CPU per model call by thread (A's gateway; B's vLLM API server).
+        **_by_thread(got.get("thread_cpu_s", {}), calls),
     }
+
+
+THREAD_KINDS = {"MainThread": "loop", "sandbox": "kernels", "ThreadPoolExecutor": "renderer"}
+
+
+def _by_thread(cpu_s: dict[str, float], calls: int) -> dict[str, float]:
+    """``cpu_ms_per_call_{loop,kernels,renderer,other}``: the event loop's thread, the kernel
+    pool's, vLLM's renderer's (chat template, tokenization), the rest."""
+    out = {f"cpu_ms_per_call_{k}": 0.0 for k in (*THREAD_KINDS.values(), "other")}
+    for name, seconds in cpu_s.items():
+        key = f"cpu_ms_per_call_{THREAD_KINDS.get(name, 'other')}"
+        out[key] = round(out[key] + 1000 * seconds / calls, 2)
+    return out
 
 
 def measure(
     urls: dict[str, tuple[str, str, int | None]],
-    vllm_url: str,
+    vllm_url: str | None,
     sessions: list[int],
     steps: int,
     rounds: int,
     vllm_pid: int | None = None,
+    profile: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Per concurrency, rounds alternating the gateways (A, A-old) and B; the median round."""
+    """Per concurrency, rounds alternating the gateways (A, A-old) and B (none without
+    ``vllm_url``); the median round. ``profile``: py-spy's output path (a side's and the
+    round's tag inserted before its suffix) for every gateway round."""
     rows = []
     for n in sessions:
         per_side: dict[str, list[dict[str, Any]]] = {}
-        for _ in range(rounds):
+        for i in range(rounds):
             for side, (url, metrics_url, pid) in urls.items():
-                got = asyncio.run(server_round(url, metrics_url, n, pid))
+                out = None
+                if profile is not None:
+                    path = Path(profile)
+                    out = str(path.with_name(f"{path.stem}-{side}-{n}-{i}{path.suffix}"))
+                got = asyncio.run(server_round(url, metrics_url, n, pid, out))
                 check_same_work(side, got, steps)
                 per_side.setdefault(side, []).append(summarize(side, got))
                 _progress(n, per_side[side][-1])
+            if vllm_url is None:
+                continue
             got = client_round(vllm_url, n, steps, vllm_pid)
             check_same_work("B", got, steps)
             per_side.setdefault("B", []).append(summarize("B", got))
@@ -414,7 +503,9 @@ def measure(
                 median = statistics.median(nums) if nums else None
                 row[key] = values[0] if key == "side" else median
             rows.append(row)
-        b = next(r for r in rows if r["sessions"] == n and r["side"] == "B")
+        b = next((r for r in rows if r["sessions"] == n and r["side"] == "B"), None)
+        if b is None:
+            continue  # no side B (--no-client): no ratios
         for r in rows:
             if r["sessions"] == n and r["side"] != "B":
                 r["session_vs_B"] = round(r["session_p50_ms"] / b["session_p50_ms"], 3)
@@ -443,6 +534,8 @@ def goals(rows: list[dict[str, Any]]) -> list[Goal]:
         if r["side"] != "A":
             continue
         tag = f"{r['sessions']} sessions × {r['steps']} steps"
+        if "session_vs_B" not in r:
+            continue  # no side B (--no-client)
         s, t = r["session_vs_B"], r["ttft_vs_B"]
         out.append(Goal(f"session time vs client-side loop ({tag})", f"≤ {GOAL_SESSION_RATIO}×",
                         f"{s}×", s <= GOAL_SESSION_RATIO))  # fmt: skip
@@ -465,7 +558,8 @@ def available() -> str | None:
 
 
 def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEPS,
-        kv_mib: int = KV_CACHE_MIB, fcfs_side: bool = False) -> BenchResult:  # fmt: skip
+        kv_mib: int = KV_CACHE_MIB, fcfs_side: bool = False, client: bool = True,
+        profile: str | None = None) -> BenchResult:  # fmt: skip
     """Through the harness: ``opts.quick`` runs 2 sessions of 2 steps, one round."""
     reason = available()
     if reason:
@@ -479,7 +573,7 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
     result = BenchResult(NAME)
     with contextlib.ExitStack() as stack:
         model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
-        vl = stack.enter_context(vllm(model_dir, kv_mib))
+        vl = stack.enter_context(vllm(model_dir, kv_mib)) if client else None
         urls: dict[str, tuple[str, str, int | None]] = {}
         sides = [("A", None, False), ("A" + FCFS, None, True), ("A" + OLD, opts.baseline, False)]
         for side, tree, fcfs in sides:
@@ -489,8 +583,9 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
                 urls[side] = (gw.base_url, gw.metrics_url, pid)  # type: ignore[attr-defined]
         for url, _, _ in urls.values():
             http_json("POST", f"{url}/v1/agents", agent_spec(steps))
-        vllm_pid = vl.proc.pid if vl.proc is not None else None
-        result.rows = measure(urls, vl.base_url, sessions, steps, opts.rounds, vllm_pid)
+        vllm_pid = vl.proc.pid if vl is not None and vl.proc is not None else None
+        vllm_url = vl.base_url if vl is not None else None
+        result.rows = measure(urls, vllm_url, sessions, steps, opts.rounds, vllm_pid, profile)
     result.goals = goals(result.rows)
     result.notes.append(
         f"KV cache {kv_mib} MiB on both sides; cells and outputs checked equal on both sides; "
@@ -503,11 +598,12 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
     for r in result.rows:
         if r["side"] in ("A" + OLD, "A" + FCFS):
             new = new_rows[r["sessions"]]
-            for fig in ("session_p50_ms", "post_tool_call_p50_ms", "session_vs_B", "ttft_vs_B",
-                        "prefix_hit_rate", "api_cpu_ms_per_call"):  # fmt: skip
+            figs = ("session_p50_ms", "post_tool_call_p50_ms", "session_vs_B", "ttft_vs_B",
+                    "prefix_hit_rate", "api_cpu_ms_per_call", "db_statements_per_call")  # fmt: skip
+            for fig in figs:
                 vs = "the baseline tree" if r["side"] == "A" + OLD else "A with fcfs scheduling"
                 what = f"{r['sessions']} sessions, A vs {vs}"
-                result.sidebyside.append(compare_row(what, fig, new[fig], r[fig]))
+                result.sidebyside.append(compare_row(what, fig, new.get(fig), r.get(fig)))
     return result
 
 
@@ -521,17 +617,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 sessions × 2 steps, 1 round")
     parser.add_argument("--fcfs-side", action="store_true",
                         help="also side A-fcfs: this tree with scheduling_policy fcfs")  # fmt: skip
+    parser.add_argument("--no-client", action="store_true",
+                        help="the gateway sides only (no side B, no vLLM server)")  # fmt: skip
+    parser.add_argument("--py-spy", metavar="PATH",
+                        help="py-spy record each gateway round (.json: speedscope)")  # fmt: skip
     args = parser.parse_args(argv)
     baseline = baseline_tree(args.baseline) if args.baseline else None
     opts = replace(BenchOptions(), quick=args.quick, rounds=1 if args.quick else args.rounds,
                    baseline=baseline)  # fmt: skip
     sessions = None if args.quick else args.sessions
-    res = run(opts, sessions, args.steps, args.kv_cache_mib, args.fcfs_side)
+    res = run(opts, sessions, args.steps, args.kv_cache_mib, args.fcfs_side,
+              client=not args.no_client, profile=args.py_spy)  # fmt: skip
     for row in res.rows:
         print(json.dumps(row), flush=True)
     for g in res.goals:
         print(g, flush=True)
-    if not args.quick:
+    if not args.quick and not args.no_client:
         from bench import report
 
         report.write_json(res, "" if baseline is None else "-sidebyside")

@@ -7,7 +7,8 @@ schema the model sees differs: ``command`` can only be ``bench.agentic_cell.CELL
 
 With ``BENCH_AGENTIC_METRICS_PORT`` set, importing it also serves prometheus_client's default
 registry on that port: the in-process vLLM engine's own counters (``vllm:prefix_cache_*``),
-which the gateway's ``/metrics`` (a registry of its own) does not show.
+which the gateway's ``/metrics`` (a registry of its own) does not show, and a count of the
+database statements the gateway sends (``bench_agentic_db_statements_total``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,18 @@ class AsyncIPythonBenchCell(AsyncIPythonInteractive):
 
 if os.environ.get("BENCH_AGENTIC_METRICS_PORT"):
     import prometheus_client
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
 
+    from app.db import raw
+
+    # Database statements the gateway sends (the run store's raw ones and SQLAlchemy's):
+    # statements per model call, a load-proof figure of the run's storage work.
+    STATEMENTS = prometheus_client.Counter(
+        "bench_agentic_db_statements", "Database statements sent by the gateway"
+    )
+    raw.listeners.append(lambda _sql: STATEMENTS.inc())
+    event.listen(Engine, "before_cursor_execute", lambda *_a, **_k: STATEMENTS.inc())
     prometheus_client.start_http_server(
         int(os.environ["BENCH_AGENTIC_METRICS_PORT"]), addr="127.0.0.1"
     )

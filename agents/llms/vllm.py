@@ -113,6 +113,11 @@ class _VllmCore(AsyncBaseLLM):
         elif (answer_format := _answer_format(params.get("response_format"))) is not None:
             extra["structured_outputs"] = answer_format
         sampling = sampling_params(params, **extra)
+        if tools is not None and not self.stream_call_arguments and _held_to_the_end(tools, params):
+            # Nothing of this call reaches the agent before its end (a forced call's arguments
+            # come with the call): the engine sends only the final output, not a
+            # ``RequestOutput`` and a wake-up of this generator per token.
+            sampling.output_kind = _final_only()
         counts: dict[int, int] = {}
         finish: dict[int, str | None] = {}
         prompt_tokens = 0
@@ -165,6 +170,18 @@ class _VllmCore(AsyncBaseLLM):
         choice: Any = params.get("tool_choice")
         name = str(choice["function"]["name"]) if mode == "named" else ""
         return ToolStream(mode, function_name=name, parser=parser, vllm_request=vllm_request)
+
+
+def _held_to_the_end(tools: ToolStream, params: dict[str, Any]) -> bool:
+    """Whether ``_astream`` yields nothing before the call's end: a forced call (``named``:
+    only argument deltas, ``required``: held until parsed) of one choice."""
+    return tools.mode in ("named", "required") and int(params.get("n") or 1) == 1
+
+
+def _final_only() -> Any:
+    from vllm.sampling_params import RequestOutputKind
+
+    return RequestOutputKind.FINAL_ONLY
 
 
 def _answer_format(fmt: Any) -> Any:

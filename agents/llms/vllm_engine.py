@@ -284,7 +284,33 @@ def _build_engine(path: str, args: dict[str, Any]) -> Any:
                 **args["structured_outputs_config"]
             ),
         }
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(model=path, **args))
+    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(model=path, **args))
+    warm_imports()
+    return llm
+
+
+# vLLM imports every structured-output backend (guidance, lm-format-enforcer, outlines,
+# xgrammar) inside the first structured request's validation (``SamplingParams.verify``), on
+# the event loop: a stall of every session at the first forced call after a start (py-spy of
+# the gateway; 1.3 s of CPU in a bare process, less where the engine imported some already),
+# 3.3 ms per model call of a first 8-session round of bench.agentic.
+STRUCTURED_OUTPUT_MODULES = (
+    "vllm.v1.structured_output.backend_guidance",
+    "vllm.v1.structured_output.backend_lm_format_enforcer",
+    "vllm.v1.structured_output.backend_outlines",
+    "vllm.v1.structured_output.backend_xgrammar",
+    "vllm.v1.structured_output.utils",
+)
+
+
+def warm_imports() -> None:
+    """Import what vLLM would import lazily on the first request (in the engine start's
+    worker thread, so the loop keeps serving); a module a vLLM version lacks is skipped."""
+    import importlib
+
+    for name in STRUCTURED_OUTPUT_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 _COMPACT_BACKENDS = ("xgrammar", "guidance")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -90,6 +91,10 @@ class RunChannel:
         self._write_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None  # starts the flusher (see start)
+        # The flusher's nap: woken at ``_nap_until`` (monotonic, inf: not before something is
+        # added) or earlier by ``_nudge`` when an event or a delta needs it sooner.
+        self._nap: asyncio.Future[None] | None = None
+        self._nap_until = 0.0
 
     def preload(self, events: list[Event]) -> None:
         """Start from a run's stored log (a run resumed after waiting): new events number on
@@ -116,17 +121,71 @@ class RunChannel:
         self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _flush_loop(self) -> None:
-        """Publish merged deltas every ``flush_s``; store events every ``store_s``."""
+        """Publish merged deltas every ``flush_s``; store events every ``store_s`` (on the
+        grid of ``store_s`` periods from the run's start, so events close together share a
+        write). It sleeps while there is nothing to publish or store: a run waiting on its
+        model or its tool cost a wake-up every ``flush_s`` (10 a second per live run)."""
         while True:
             await self._publish_pending()
             self._reserve_soon()  # again, if an earlier reservation failed
-            if time.monotonic() - self._last_store >= self._store_s - 1e-3:
-                self._last_store = time.monotonic()
+            now = time.monotonic()
+            if now - self._last_store >= self._store_s - 1e-3:
+                # The grid point reached (periods with nothing to store are skipped).
+                if self._store_s > 0:
+                    periods = (now - self._last_store) // self._store_s
+                    self._last_store += max(1.0, periods) * self._store_s
+                else:
+                    self._last_store = now
                 try:
                     await self.save()
                 except Exception:  # keep streaming; the final save retries and reports
                     log.exception("run %s: saving events failed", self.run_id)
-            await asyncio.sleep(self._flush_s)
+            await self._sleep(self._next_wake())
+
+    def _next_wake(self) -> float:
+        """When the flusher has work next (monotonic; inf: nothing until an event comes)."""
+        now = time.monotonic()
+        if self._pending is not None or self._ids_wanted():
+            return now + self._flush_s
+        if self._unsaved:
+            return max(now + self._flush_s, self._store_due())
+        return math.inf
+
+    def _store_due(self) -> float:
+        """The next grid point at or after now (when unsaved events are stored)."""
+        now = time.monotonic()
+        if self._store_s <= 0:
+            return now
+        if now - self._last_store < self._store_s:
+            return self._last_store + self._store_s
+        periods = math.ceil((now - self._last_store) / self._store_s)
+        return self._last_store + periods * self._store_s
+
+    def _ids_wanted(self) -> bool:
+        """Followers need ids reserved and the last try did not get them (retried)."""
+        return bool(self._followers) and len(self.events) + SEQ_LOW_WATER > self.reserved
+
+    async def _sleep(self, until: float) -> None:
+        loop = asyncio.get_running_loop()
+        nap = self._nap = loop.create_future()
+        self._nap_until = until
+        timer = None
+        if until != math.inf:
+            timer = loop.call_at(loop.time() + max(0.0, until - time.monotonic()), _resolve, nap)
+        try:
+            await nap
+        finally:
+            self._nap = None
+            if timer is not None:
+                timer.cancel()
+
+    def _nudge(self, by: float) -> None:
+        """The flusher must run by ``by`` (monotonic): wake it if it sleeps past that."""
+        nap = self._nap
+        if nap is not None and by < self._nap_until:
+            self._nap_until = by
+            loop = nap.get_loop()
+            loop.call_at(loop.time() + max(0.0, by - time.monotonic()), _resolve, nap)
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -140,6 +199,8 @@ class RunChannel:
         self._unsaved.append(event)
         self._reserve_soon()
         self._wake()
+        if self._nap is not None and self._nap_until == math.inf:
+            self._nudge(self._store_due())
         return event
 
     def sendable(self) -> int:
@@ -196,6 +257,8 @@ class RunChannel:
                 "delta": text,
                 "stream_state": stream_state,
             }
+            if self._nap is not None:
+                self._nudge(time.monotonic() + self._flush_s)
         # The first delta after a quiet period goes out at once (time to first token).
         if time.monotonic() - self._last_publish >= self._flush_s:
             await self._publish_pending()
@@ -211,9 +274,10 @@ class RunChannel:
     def _rows(self, events: list[Event]) -> list[dict[str, Any]]:
         now = utcnow()
         return [
-            {"run_id": self.run_id, "seq": e.seq, "type": e.type, "data": e.data, "created_at": now}
+            {"run_id": self.run_id, "seq": e.seq, "type": e.type, "data": e.data,
+             "raw": e.encoded(), "created_at": now}
             for e in events
-        ]
+        ]  # fmt: skip
 
     async def save(self) -> None:
         """Write unsaved events in one transaction."""
@@ -290,6 +354,11 @@ class RunChannel:
                 await waiter
         finally:
             self._followers -= 1
+
+
+def _resolve(nap: asyncio.Future[None]) -> None:
+    if not nap.done():
+        nap.set_result(None)
 
 
 def gap_event(stored: int, reserved: int, reason: str) -> tuple[str, dict[str, Any]] | None:

@@ -385,9 +385,11 @@ class RunStore(ABC):
         return True
 
     async def append_events(self, rows: list[dict[str, Any]]) -> None:
-        """Store event rows (run_id, seq, type, data, created_at) in one transaction."""
+        """Store event rows (run_id, seq, type, data, created_at; ``raw``, ``data`` already
+        encoded, when a store can use it) in one transaction."""
+        values = [{k: v for k, v in row.items() if k != "raw"} for row in rows]
         async with self.writes.hold(), self.sessionmaker() as db, db.begin():
-            await db.execute(sa.insert(EVENTS), rows)
+            await db.execute(sa.insert(EVENTS), values)
 
     async def reserve_ids(self, run_id: str, target: int) -> bool:
         """Raise the run's ``seq_reserved`` to ``target`` while it is active; False when the

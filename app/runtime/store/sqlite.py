@@ -238,6 +238,19 @@ class SqliteRunStore(RunStore):
             return Admitted(found, False, None, [])
         return Admitted(run, True, None if active else rev, active)
 
+    async def append_events(self, rows: list[dict[str, Any]]) -> None:
+        # A live run's events mid-run (``RunChannel.save``), their JSON the SSE frames' own
+        # (``raw``): through the ORM each save cost a session, a compiled insert and every
+        # event's ``data`` encoded again.
+        async with self._writing() as tx:
+            tx.executemany(
+                INSERT_EVENTS,
+                [
+                    (r["run_id"], r["seq"], r["type"], _event_json(r), stored(r["created_at"]))
+                    for r in rows
+                ],
+            )
+
     async def store_end(self, lease: TurnLease | None, end: RunEnd) -> None:
         run = end.run
         at = stored(end.at)
