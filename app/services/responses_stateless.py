@@ -79,6 +79,15 @@ def new_response(req: ResponseCreate, response_id: str) -> dict[str, Any]:
     return base_of(response_id, int(time.time()), response_meta(req, None, None), req.model)
 
 
+def call_params(req: ResponseCreate) -> dict[str, Any]:
+    """The model call's parameters (400 naming the field for a tool or ``tool_choice`` that
+    cannot be honoured: read before the answer starts, a stream's too)."""
+    params = sampling(req)
+    if req.tools or req.text is not None:  # (model_params of neither is empty)
+        params.update(model_params(req))
+    return params
+
+
 async def generate(
     state: AppState,
     tenant_id: str,
@@ -87,14 +96,12 @@ async def generate(
     inp: Input,
     budget: Budget,
     answer: Answer,
+    params: dict[str, Any],
 ) -> AsyncIterator[str]:
-    """Run the model: its text deltas as they come; ``answer`` gets the whole reply, its
-    usage, and the error that ended it (the response then fails). Closing the iterator stops
-    the model call; the tenant is charged either way."""
+    """Run the model (``params``: ``call_params``): its text deltas as they come; ``answer``
+    gets the whole reply, its usage, and the error that ended it (the response then fails).
+    Closing the iterator stops the model call; the tenant is charged either way."""
     limit, used = budget
-    params = sampling(req)
-    if req.tools or req.text is not None:  # (model_params of neither is empty)
-        params.update(model_params(req))
     # A tenant's budget: each call reserved and settled in the database (app.ops.token_holds).
     meter = state.tenant_usage.calls(tenant_id) if limit is not None else None
     with usage_scope() as usage:
@@ -139,9 +146,10 @@ async def whole_response(
     budget: Budget,
 ) -> dict[str, Any]:
     """The Response, built once from the reply (no events)."""
+    params = call_params(req)
     response = new_response(req, response_id)
     answer = Answer()
-    async for _ in generate(state, tenant_id, handle, req, inp, budget, answer):
+    async for _ in generate(state, tenant_id, handle, req, inp, budget, answer, params):
         pass
     suffix, output = response_id.removeprefix("resp_"), response["output"]
     if answer.text:
@@ -180,7 +188,7 @@ class _Snapshots:
         return b'%s,"output":[%s],%s' % (self.head, b",".join(items), dumps(rest)[1:])
 
 
-async def stream_frames(
+def stream_frames(
     state: AppState,
     tenant_id: str,
     handle: ModelHandle,
@@ -190,7 +198,22 @@ async def stream_frames(
     budget: Budget,
 ) -> AsyncIterator[bytes]:
     """The response's stream as SSE frames: OpenAI's events, as ``ResponseStream`` maps a run
-    of the raw model; the model runs as they are read."""
+    of the raw model; the model runs as they are read. Its parameters are read now: a bad
+    tool is a 400, not an ``error`` event after the headers."""
+    params = call_params(req)
+    return _frames(state, tenant_id, handle, req, inp, response_id, budget, params)
+
+
+async def _frames(
+    state: AppState,
+    tenant_id: str,
+    handle: ModelHandle,
+    req: ResponseCreate,
+    inp: Input,
+    response_id: str,
+    budget: Budget,
+    params: dict[str, Any],
+) -> AsyncIterator[bytes]:
     response = new_response(req, response_id)
     suffix, output = response_id.removeprefix("resp_"), response["output"]
     snapshots = _Snapshots(response)
@@ -201,7 +224,7 @@ async def stream_frames(
     item_id = f"msg_{suffix}_0"
     where = b',"item_id":"%s","output_index":0,"content_index":0,"delta":' % item_id.encode()
     # Events made together are sent together (one write: each goes through the middleware).
-    async for text in generate(state, tenant_id, handle, req, inp, budget, answer):
+    async for text in generate(state, tenant_id, handle, req, inp, budget, answer, params):
         opening = b""
         if not output:  # the message opens with its first text
             item = message_item(item_id, "in_progress", [])
