@@ -6,6 +6,14 @@ tree's code). The app runs in this process on a fresh SQLite database with the s
 in echo mode (as bench/responses.py's gateway), driven through httpx's ASGI transport;
 cProfile counts every call made while ``N`` requests of each target run (the client's calls
 included: the same for every target). Prints one line per target.
+
+Calls do not see C-level work (JSON encoding, validation): ``--instructions`` counts the
+machine instructions the gateway itself (``agentstation serve``, as bench/responses.py runs
+it) executes per request under valgrind's callgrind, instrumented only while each target's
+``N`` sequential requests run (``--rounds`` alternating rounds, the median kept). The gateway
+runs timers of its own while it waits; an idle window of as long as the slowest round measures
+their rate, subtracted from each round by its wall time. Load-proof up to that correction
+(≈ ±3 %); slow: ≈ 2 min to start, ≈ 0.2 s per request.
 """
 
 from __future__ import annotations
@@ -13,10 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import http.client
 import json
 import logging
 import pstats
+import re
+import shutil
+import statistics
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +86,86 @@ async def measure(requests: int, warm: int = 50) -> dict[str, float]:
         return out
 
 
+def _callgrind(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+
+
+def _dumped(out: Path, pid: int) -> int:
+    """Instructions of the newest callgrind dump (``callgrind_control -d``)."""
+    newest = max(out.glob(f"cg.{pid}.*"), key=lambda p: int(p.suffix[1:]))
+    found = re.search(r"^summary: (\d+)$", newest.read_text(errors="replace"), re.M)
+    assert found is not None, newest
+    return int(found.group(1))
+
+
+def instructions(requests: int, rounds: int, names: list[str]) -> dict[str, float]:
+    """Instructions per request of each target in the gateway process (callgrind)."""
+    from bench.common import gateway_server
+    from bench.responses import GATEWAY_ENV, SCRIPTED
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    out = Path(tempfile.mkdtemp(prefix="bench-callgrind-"))
+    server = gateway_server("gw-callgrind", SCRIPTED, None, **GATEWAY_ENV)
+    server.cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                  f"--callgrind-out-file={out}/cg.%p", *server.cmd]  # fmt: skip
+    server.ready_timeout_s = 900.0
+    walls: dict[str, list[float]] = {name: [] for name in names}
+    counts: dict[str, list[int]] = {name: [] for name in names}
+    with server:
+        assert server.proc is not None
+        pid = server.proc.pid
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+
+        def send(name: str, n: int) -> None:
+            path, body = TARGETS[name]
+            raw = json.dumps(body).encode()
+            for _ in range(n):
+                conn.request("POST", path, raw, {"Content-Type": "application/json"})
+                answer = conn.getresponse()
+                answer.read()
+                assert answer.status == 200, (name, answer.status)
+
+        for name in names:
+            send(name, 20)  # warm
+        _callgrind(pid, "-i", "on")
+        for _ in range(rounds):
+            for name in names:
+                _callgrind(pid, "-z")
+                start = time.monotonic()
+                send(name, requests)
+                walls[name].append(time.monotonic() - start)
+                _callgrind(pid, "-d")
+                counts[name].append(_dumped(out, pid))
+        idle_s = max(w for ws in walls.values() for w in ws)
+        _callgrind(pid, "-z")
+        time.sleep(idle_s)
+        _callgrind(pid, "-d")
+        idle_rate = _dumped(out, pid) / idle_s
+    shutil.rmtree(out, ignore_errors=True)
+    return {
+        name: statistics.median(
+            (c - idle_rate * w) / requests for c, w in zip(counts[name], walls[name], strict=True)
+        )
+        for name in names
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--instructions", action="store_true", help="callgrind (module doc)")
+    parser.add_argument("--rounds", type=int, default=2, help="with --instructions")
+    parser.add_argument("--targets", default="chat,responses,chat-stream,responses-stream")
     args = parser.parse_args()
+    if args.instructions:
+        names = args.targets.split(",")
+        counted = instructions(args.requests, args.rounds, names)
+        for name, n in counted.items():
+            twin = {"responses": "chat", "responses-stream": "chat-stream"}.get(name)
+            ratio = f" ({n / counted[twin]:.3f}x {twin})" if twin in counted else ""
+            print(f"{name}: {n:,.0f} instructions per request{ratio}")
+        return
     for name, calls in asyncio.run(measure(args.requests)).items():
         print(f"{name}: {calls:,.0f} Python calls per request")
 

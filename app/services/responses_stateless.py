@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,9 @@ _DELTA_HEAD = (
     b'"sequence_number":'
 )
 _DELTA_TAIL = b',"logprobs":[]}\n\n'
+# The Response's fields an answer changes (``end_response``): the others, its request's, are
+# encoded once per answer (``_Snapshots``), not once per copy of it in the stream.
+_CHANGING = frozenset({"status", "output", "error", "incomplete_details", "usage", "completed_at"})
 
 
 @dataclass(slots=True)
@@ -76,6 +79,15 @@ def new_response(req: ResponseCreate, response_id: str) -> dict[str, Any]:
     return base_of(response_id, int(time.time()), response_meta(req, None, None), req.model)
 
 
+def call_params(req: ResponseCreate) -> dict[str, Any]:
+    """The model call's parameters (400 naming the field for a tool or ``tool_choice`` that
+    cannot be honoured: read before the answer starts, a stream's too)."""
+    params = sampling(req)
+    if req.tools or req.text is not None:  # (model_params of neither is empty)
+        params.update(model_params(req))
+    return params
+
+
 async def generate(
     state: AppState,
     tenant_id: str,
@@ -84,27 +96,28 @@ async def generate(
     inp: Input,
     budget: Budget,
     answer: Answer,
+    params: dict[str, Any],
 ) -> AsyncIterator[str]:
-    """Run the model: its text deltas as they come; ``answer`` gets the whole reply, its
-    usage, and the error that ended it (the response then fails). Closing the iterator stops
-    the model call; the tenant is charged either way."""
+    """Run the model (``params``: ``call_params``): its text deltas as they come; ``answer``
+    gets the whole reply, its usage, and the error that ended it (the response then fails).
+    Closing the iterator stops the model call; the tenant is charged either way."""
     limit, used = budget
-    params = {**sampling(req), **model_params(req)}
     # A tenant's budget: each call reserved and settled in the database (app.ops.token_holds).
     meter = state.tenant_usage.calls(tenant_id) if limit is not None else None
-    with usage_scope() as usage, ExitStack() as scopes:
+    with usage_scope() as usage:
+        scope: AbstractContextManager[Any] = nullcontext()
         if limit is not None:
             run_budget = RunBudget.build(usage, tenant_limit=limit, tenant_used=used, meter=meter)
-            scopes.enter_context(budget_scope(run_budget))
-        scopes.enter_context(instructions_scope(req.instructions))
+            scope = budget_scope(run_budget)
         try:
-            async for delta in handle.llm.astream(inp.messages, **params):
-                if delta.extra:
-                    answer.calls += delta.extra.get("tool_calls") or []
-                answer.finish = delta.finish_reason or answer.finish
-                if delta.text:
-                    answer.text += delta.text
-                    yield delta.text
+            with scope, instructions_scope(req.instructions):
+                async for delta in handle.llm.astream(inp.messages, **params):
+                    if delta.extra:
+                        answer.calls += delta.extra.get("tool_calls") or []
+                    answer.finish = delta.finish_reason or answer.finish
+                    if delta.text:
+                        answer.text += delta.text
+                        yield delta.text
         except Exception as exc:
             answer.error = public_error(exc)
         finally:
@@ -133,9 +146,10 @@ async def whole_response(
     budget: Budget,
 ) -> dict[str, Any]:
     """The Response, built once from the reply (no events)."""
+    params = call_params(req)
     response = new_response(req, response_id)
     answer = Answer()
-    async for _ in generate(state, tenant_id, handle, req, inp, budget, answer):
+    async for _ in generate(state, tenant_id, handle, req, inp, budget, answer, params):
         pass
     suffix, output = response_id.removeprefix("resp_"), response["output"]
     if answer.text:
@@ -149,13 +163,32 @@ async def whole_response(
     return response
 
 
+def _event(type_: bytes, seq: int, rest: bytes) -> bytes:
+    """One SSE frame of an event whose fields after its number are ``rest`` (encoded, without
+    braces): what ``sse.frame(dumps(event), event=type)`` writes."""
+    return b'event: %s\ndata: {"type":"%s","sequence_number":%d,%s}\n\n' % (type_, type_, seq, rest)
+
+
 def _frame(type_: str, seq: int, fields: dict[str, Any]) -> bytes:
-    """One SSE frame of an event (what ``sse.frame(dumps(event), event=type)`` writes)."""
-    event = {"type": type_, "sequence_number": seq, **fields}
-    return b"event: %s\ndata: %s\n\n" % (type_.encode(), dumps(event))
+    """One SSE frame of an event."""
+    return _event(type_.encode(), seq, dumps(fields)[1:-1])
 
 
-async def stream_frames(
+class _Snapshots:
+    """A Response encoded as the stream carries it (created, in progress, its end): the
+    request's fields encoded once, then per copy only what the answer changed."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        fixed = {k: v for k, v in response.items() if k not in _CHANGING}
+        self.head = dumps(fixed)[:-1]  # b'{...' (a Response always has its id)
+
+    def of(self, response: dict[str, Any], items: list[bytes]) -> bytes:
+        """``response`` encoded; ``items``: its output items, encoded."""
+        rest = {k: v for k, v in response.items() if k in _CHANGING and k != "output"}
+        return b'%s,"output":[%s],%s' % (self.head, b",".join(items), dumps(rest)[1:])
+
+
+def stream_frames(
     state: AppState,
     tenant_id: str,
     handle: ModelHandle,
@@ -165,21 +198,33 @@ async def stream_frames(
     budget: Budget,
 ) -> AsyncIterator[bytes]:
     """The response's stream as SSE frames: OpenAI's events, as ``ResponseStream`` maps a run
-    of the raw model; the model runs as they are read."""
+    of the raw model; the model runs as they are read. Its parameters are read now: a bad
+    tool is a 400, not an ``error`` event after the headers."""
+    params = call_params(req)
+    return _frames(state, tenant_id, handle, req, inp, response_id, budget, params)
+
+
+async def _frames(
+    state: AppState,
+    tenant_id: str,
+    handle: ModelHandle,
+    req: ResponseCreate,
+    inp: Input,
+    response_id: str,
+    budget: Budget,
+    params: dict[str, Any],
+) -> AsyncIterator[bytes]:
     response = new_response(req, response_id)
     suffix, output = response_id.removeprefix("resp_"), response["output"]
-    snapshot = dumps(response)  # created and in progress: the same Response
-    yield b"".join(
-        b'event: %s\ndata: {"type":"%s","sequence_number":%d,"response":%s}\n\n'
-        % (type_, type_, seq, snapshot)
-        for seq, type_ in enumerate((b"response.created", b"response.in_progress"))
-    )
+    snapshots = _Snapshots(response)
+    snapshot = b'"response":%s' % snapshots.of(response, [])  # created and in progress
+    yield _event(b"response.created", 0, snapshot) + _event(b"response.in_progress", 1, snapshot)
     seq = 1
     answer = Answer()
     item_id = f"msg_{suffix}_0"
     where = b',"item_id":"%s","output_index":0,"content_index":0,"delta":' % item_id.encode()
     # Events made together are sent together (one write: each goes through the middleware).
-    async for text in generate(state, tenant_id, handle, req, inp, budget, answer):
+    async for text in generate(state, tenant_id, handle, req, inp, budget, answer, params):
         opening = b""
         if not output:  # the message opens with its first text
             item = message_item(item_id, "in_progress", [])
@@ -201,29 +246,35 @@ async def stream_frames(
         )
     frames: list[bytes] = []  # the end, sent at once
     add = frames.append
+    items: list[bytes] = []  # the output items as they end, encoded once
     if output:  # the message ends: completed, or incomplete when the call failed
         part = text_part(answer.text)
         item = message_item(item_id, "completed" if answer.error is None else "incomplete", [part])
         output[0] = item
-        at = {"item_id": item_id, "output_index": 0, "content_index": 0}
-        add(_frame("response.output_text.done", seq + 1,
-                   {**at, "text": answer.text, "logprobs": []}))  # fmt: skip
-        add(_frame("response.content_part.done", seq + 2, {**at, "part": part}))
-        add(_frame("response.output_item.done", seq + 3, {"output_index": 0, "item": item}))
+        items.append(dumps(item))
+        at = b'"item_id":"%s","output_index":0,"content_index":0' % item_id.encode()
+        whole = escape(answer.text).encode()
+        add(_event(b"response.output_text.done", seq + 1,
+                   b'%s,"text":%s,"logprobs":[]' % (at, whole)))  # fmt: skip
+        add(_event(b"response.content_part.done", seq + 2, b'%s,"part":%s' % (at, dumps(part))))
+        add(_event(b"response.output_item.done", seq + 3,
+                   b'"output_index":0,"item":%s' % items[-1]))  # fmt: skip
         seq += 3
     for call in _calls(answer, req):
         index, arguments = len(output), call_arguments(call)
         item = function_call_item(f"fc_{suffix}_{index}", call, "")
         add(_frame("response.output_item.added", seq + 1, {"output_index": index, "item": item}))
-        at = {"item_id": item["id"], "output_index": index}
+        at_fields = {"item_id": item["id"], "output_index": index}
         add(_frame("response.function_call_arguments.delta", seq + 2,
-                   {**at, "delta": arguments}))  # fmt: skip
+                   {**at_fields, "delta": arguments}))  # fmt: skip
         item = {**item, "arguments": arguments, "status": "completed"}
         output.append(item)
+        items.append(dumps(item))
         add(_frame("response.function_call_arguments.done", seq + 3,
-                   {**at, "name": item["name"], "arguments": arguments}))  # fmt: skip
-        add(_frame("response.output_item.done", seq + 4, {"output_index": index, "item": item}))
+                   {**at_fields, "name": item["name"], "arguments": arguments}))  # fmt: skip
+        add(_event(b"response.output_item.done", seq + 4,
+                   b'"output_index":%d,"item":%s' % (index, items[-1])))  # fmt: skip
         seq += 4
     terminal = end_response(response, answer.run(), answer.error, time.time())
-    add(_frame(terminal, seq + 1, {"response": response}))
+    add(_event(terminal.encode(), seq + 1, b'"response":%s' % snapshots.of(response, items)))
     yield b"".join(frames)

@@ -114,3 +114,23 @@ async def test_a_stateless_answer_is_the_mapping_of_its_run(
         assert answer["status"] == "incomplete"
     if case == 3:
         assert [i["type"] for i in answer["output"]] == ["function_call"]
+
+
+BAD_TOOLS = [
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+    ({"tools": [{"type": "function"}]}, "tools[0].name"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("case", range(len(BAD_TOOLS)))
+async def test_a_tool_that_cannot_be_honoured_is_a_400_naming_it_streamed_or_not(
+    client: httpx.AsyncClient, case: int, stream: bool
+) -> None:
+    # A stream too: refused before its headers, not an ``error`` event after a 200.
+    fields, param = BAD_TOOLS[case]
+    body = {"model": "echo", "input": "hi", "store": False, "stream": stream, **fields}
+    answer = await client.post("/v1/responses", json=body)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error"
