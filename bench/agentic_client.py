@@ -132,7 +132,10 @@ async def main() -> None:
     kernelspec(cfg["kernel_python"])
     client = AsyncOpenAI(base_url=cfg["url"] + "/v1", api_key="bench", max_retries=0, timeout=600)
     managers = [AsyncKernelManager(kernel_name="benchcell") for _ in range(cfg["sessions"])]
-    await asyncio.gather(*(km.start_kernel() for km in managers))
+    # One at a time (not timed): at 32 sessions a concurrent start once left a kernel dead
+    # before kernel_info (2026-11-27 quiet sitting; cause not established).
+    for km in managers:
+        await km.start_kernel()
     clients = [km.client() for km in managers]
     for kc in clients:
         kc.start_channels()
