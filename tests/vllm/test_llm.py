@@ -148,7 +148,15 @@ def _engine_core_pids() -> list[int]:
 async def test_a_dead_engine_fails_requests_then_comes_back(vllm_handle: VllmHandle) -> None:
     llm = vllm_handle.llm
     before = await llm.chat(HELLO)
-    (pid,) = _engine_core_pids()
+    # Another test's engine (tests/vllm/test_engine_warm.py) may still be exiting: wait for
+    # its core to go; a core that stays is a leak, and the unpacking below fails on it.
+    pids = _engine_core_pids()
+    for _ in range(150):
+        if len(pids) == 1:
+            break
+        await asyncio.sleep(0.1)
+        pids = _engine_core_pids()
+    (pid,) = pids
     os.kill(pid, signal.SIGKILL)
     for _ in range(200):
         if not vllm_handle.ready:
