@@ -26,6 +26,7 @@ from app.services import responses as service
 from app.services import responses_ids as ids
 from app.services import responses_plan as planning
 from app.services import responses_read as read
+from app.services import responses_resumed as continued
 from app.services import responses_stateless as stateless
 from app.services.chat import preflight_tenant
 from app.services.responses_ids import ROUTE_KEY_HEADER
@@ -169,12 +170,17 @@ async def _approved(
     found = await service.answer_approvals(state, who, req, inp, route_header)
     session_id = found.run.session_id
     if req.stream:
+        if not req.store:  # not found once its part of the run has ended
+            continued.forget_later(state, found.run.id, found.id)
         return event_stream(state, read.response_events(state, found), session_id)
     if req.background:
         body = read.response_base(found)  # it goes on; poll it
         return _json(body, session_id)
     await state.run_manager.wait(found.run.id)
-    return _json(await read.final_response(state, found), session_id)
+    body = await read.final_response(state, found)
+    if not req.store:
+        await continued.forget(state, found.id)
+    return _json(body, session_id)
 
 
 router.add_api_route(

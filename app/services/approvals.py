@@ -24,6 +24,7 @@ from app.runtime.events import Event
 from app.runtime.store.reads import reading
 from app.schemas.sessions import ResumeRequest
 from app.schemas.vocab import CancelMode, EventType, RunStatus
+from app.services import responses_resumed
 from app.services.agent_refs import pinned_spec
 from app.services.runs import get_run
 from app.state import AppState
@@ -44,8 +45,12 @@ async def resume_run(
     run_id: str,
     decisions: list[dict[str, Any]],
     inline: bool = False,
+    via: str | None = "run_resume",
 ) -> Run:
-    """Check the decisions, claim the waiting run and start its job; returns the run."""
+    """Check the decisions, claim the waiting run and start its job; returns the run.
+
+    ``via``: how it is resumed, for a Responses API run's next response
+    (``responses_resumed.reserve``); None: the caller made it (an ``mcp_approval_response``)."""
     async with reading(state.engine, state.sessionmaker) as db:
         row = await get_run(db, tenant_id, run_id)  # 404: unknown or another tenant's
         if row.status != RunStatus.REQUIRES_ACTION or not row.pending:
@@ -63,7 +68,13 @@ async def resume_run(
             raise Unavailable(f"model {model!r} is not ready", code="model_not_ready")
     pending = PendingApproval.from_dict(stored)
     chosen = check_decisions(state, spec, agent_name, pending, decisions)
-    run, events = await _claim(state, run_id)
+    made = await responses_resumed.reserve(state, row, decisions, via) if via else None
+    try:
+        run, events = await _claim(state, run_id)
+    except BaseException:  # not resumed: no response of it either
+        if made is not None:
+            await responses_resumed.delete(state, made)
+        raise
     state.run_manager.on_approval_decided(waited_s(stored), "resumed")
     message_index = sum(1 for e in events if e.type == EventType.MESSAGE)
     resumption = Resumption(
@@ -166,7 +177,7 @@ async def check_timeouts(state: AppState) -> int:
                     {"id": call_id, "action": "deny", "message": d.message}
                     for call_id, d in timeout_decisions(pending).items()
                 ]
-                await resume_run(state, tenant_id, run_id, denials)
+                await resume_run(state, tenant_id, run_id, denials, via="approval_timeout")
             handled += 1
         except (RunNotWaiting, NotFound):
             continue  # decided meanwhile (another replica, a person)

@@ -17,19 +17,19 @@ from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
 
 from agents.chat_agent import chat_message
 from app.db.base import utcnow
-from app.db.models import ResponseContinuation, Run, RunEvent
+from app.db.models import ResponseContinuation, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, RunNotWaiting
 from app.runtime.messages import dump_message
 from app.schemas.agents import AgentSpec
 from app.schemas.responses import ResponseCreate
-from app.schemas.vocab import CancelMode, EventType, RunStatus
+from app.schemas.vocab import CancelMode, RunStatus
 from app.services import responses_ids as ids
 from app.services import responses_read as read
+from app.services import responses_resumed as continued
 from app.services.agent_directory import AgentInfo
 from app.services.approvals import resume_run
 from app.services.auth import Principal
@@ -38,6 +38,7 @@ from app.services.responses_input import Input, model_tools, response_format
 from app.services.responses_mcp import list_servers, mcp_refs
 from app.services.responses_plan import SOURCE, Planned, one_parent
 from app.services.responses_read import Stored
+from app.services.responses_resumed import THE_RUNS
 from app.services.turns import SubmittedTurn, TurnRequest, submit_turn
 from app.state import AppState
 
@@ -203,7 +204,7 @@ async def answer_approvals(
     waiting: Stored | None = None
     if req.previous_response_id:
         previous = req.previous_response_id
-        waiting = await read.find(state, who.tenant_id, previous, param)
+        waiting = await read.find(state, who.tenant_id, previous, param, forgotten=True)
     elif conversation:
         waiting = await read.latest_in(state, who.tenant_id, conversation)
         if waiting is None:
@@ -216,11 +217,18 @@ async def answer_approvals(
             code="missing_field",
         )
     run = waiting.run
-    segment = await _pauses(state, run.id)  # the new response's: after the run's last pause
+    segment = await continued.pauses(state, run.id)  # the new one's: after the last pause
     if run.status != RunStatus.REQUIRES_ACTION or waiting.segment != segment - 1:
+        answer = await continued.following(state, run.id, waiting.segment)
+        if answer is not None:
+            raise continued.answered(waiting.id, answer[0], param)
         raise RunNotWaiting(
             f"response {waiting.id!r} does not wait for approval (its run is {run.status!r})",
             param=param,
+        )
+    if req.background and not req.store:
+        raise BadRequest(
+            "background responses must be stored (store: true)", param="store", code="not_supported"
         )
     decisions = [
         {
@@ -233,9 +241,8 @@ async def answer_approvals(
     # Its own request's fields, but what the run goes on with is the run's (its model, its
     # instructions and parameters) and where it waited (its conversation).
     ran = waiting.request
-    meta = {**response_meta(req, None, run.session_id), **{k: ran.get(k) for k in _THE_RUNS}}
+    meta = {**response_meta(req, None, run.session_id), **{k: ran.get(k) for k in THE_RUNS}}
     meta.pop("hold")  # how the run streams is the run's (``options.response``)
-    meta["store"] = True  # kept as its run is (store: false is not honoured here)
     row = ResponseContinuation(
         id=ids.mint(ids.RESPONSE, ids.route_key(header, waiting.id)),
         tenant_id=who.tenant_id,
@@ -244,53 +251,13 @@ async def answer_approvals(
         request=meta,
         created_at=utcnow(),
     )
+    await continued.insert(state, row, run, waiting.id, param)
     try:
-        async with state.sessionmaker() as db, db.begin():
-            db.add(row)
-    except IntegrityError:  # answered meanwhile (another request, another replica)
-        raise RunNotWaiting(
-            f"response {waiting.id!r} does not wait for approval (answered meanwhile)",
-            param=param,
-        ) from None
-    try:
-        await resume_run(state, who.tenant_id, run.id, decisions)
+        await resume_run(state, who.tenant_id, run.id, decisions, via=None)
     except BaseException:  # not resumed (a bad decision, another resume first): no response
-        await _delete_continuation(state, row.id)
+        await continued.delete(state, row.id)
         raise
-    return read.Stored(row.id, run, segment, meta, row.created_at)
-
-
-# The Response's fields that describe the run itself: a continuation repeats the run's.
-_THE_RUNS = (
-    "model",
-    "instructions",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "text",
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "conversation",
-)
-
-
-async def _pauses(state: AppState, run_id: str) -> int:
-    """How many times a run paused for approval (its ``run.requires_action`` events)."""
-    async with state.sessionmaker() as db:
-        found = await db.scalar(
-            sa.select(sa.func.count())
-            .select_from(RunEvent)
-            .where(RunEvent.run_id == run_id, RunEvent.type == EventType.RUN_REQUIRES_ACTION)
-        )
-    return int(found or 0)
-
-
-async def _delete_continuation(state: AppState, continuation_id: str) -> None:
-    async with state.sessionmaker() as db, db.begin():
-        await db.execute(
-            sa.delete(ResponseContinuation).where(ResponseContinuation.id == continuation_id)
-        )
+    return read.Stored(row.id, run, segment, row.request, row.created_at)
 
 
 async def cancel_response(state: AppState, found: Stored) -> Stored:
@@ -323,23 +290,15 @@ async def delete_response(state: AppState, found: Stored) -> None:
     ):
         await state.run_manager.cancel(run.id, CancelMode.CANCELLED)
     async with state.sessionmaker() as db, db.begin():
-        gone = True  # the run's own response is deleted (or it is now)
-        if found.meta is not None:  # a continuation
+        if found.meta is not None:  # a continuation: its row goes
             await db.execute(
                 sa.delete(ResponseContinuation).where(ResponseContinuation.id == found.id)
             )
-            row = await db.get(Run, run.id)
-            gone = row is None or bool(((row.options or {}).get("response") or {}).get("deleted"))
-        left = await db.scalar(
-            sa.select(sa.func.count())
-            .select_from(ResponseContinuation)
-            .where(ResponseContinuation.run_id == run.id)
-        )
-        if gone and not left:
-            await db.execute(sa.delete(Run).where(Run.id == run.id))
-        elif found.meta is None:  # its continuations stay: the run's own is marked deleted
+        else:  # the run's own: marked deleted (its continuations may stay)
             row = await db.get(Run, run.id)
             if row is not None:
                 options = dict(row.options or {})
                 options["response"] = {**(options.get("response") or {}), "deleted": True}
                 row.options = options
+        await db.flush()
+        await continued.drop_if_gone(db, run.id)

@@ -199,6 +199,7 @@ class ResponseStream:
         quiet: bool = False,
         mcp: dict[str, dict[str, Any]] | None = None,
         segment: int = 0,
+        decided: dict[str, bool] | None = None,
     ) -> None:
         self.response = base
         self.agent = agent
@@ -222,6 +223,11 @@ class ResponseStream:
         # item goes before the first call (or approval request) of each server.
         self._mcp = mcp or {}
         self._listed: set[str] = set()
+        # The calls the last pause waited on (approval request id, tool name), and this
+        # response's decisions about them (id → approved): a call's item names its request;
+        # a denied call did not run and has no item (the model read the denial).
+        self._waited: list[tuple[str, str]] = []
+        self._decided = decided or {}
 
     # -- events ------------------------------------------------------------------------------
     def _event(self, type_: str, **fields: Any) -> dict[str, Any]:
@@ -400,7 +406,10 @@ class ResponseStream:
             return self._close_text(self._open["text"], "completed") if self._open else []
         if self._call is not None and isinstance(formatted, dict) and _is_result(formatted):
             call, self._call = self._call, None
-            return self._tool_item(call, formatted, text)
+            request = self._request_of(call)
+            if request is not None and self._decided.get(request) is False:
+                return []  # denied: not run (OpenAI shows no call; the model read why)
+            return self._tool_item(call, formatted, text, request)
         out: list[dict[str, Any]] = []
         if self._open is not None and self._open["index"] == index:
             out += self._close_text(self._open["text"] or text, "completed")
@@ -440,8 +449,17 @@ class ResponseStream:
         out.append(self._event("response.output_item.done", output_index=at, item=dict(item)))
         return out
 
+    def _request_of(self, call: dict[str, Any]) -> str | None:
+        """The approval request a call that waited was (None: it did not wait)."""
+        name = str((call.get("action") or {}).get("name") or "")
+        for i, (request, waited) in enumerate(self._waited):
+            if waited == name:
+                del self._waited[i]
+                return request
+        return None
+
     def _tool_item(
-        self, call: dict[str, Any], result: dict[str, Any], text: str
+        self, call: dict[str, Any], result: dict[str, Any], text: str, request: str | None = None
     ) -> list[dict[str, Any]]:
         action = call.get("action") or {}
         name = str(action.get("name") or "")
@@ -471,9 +489,11 @@ class ResponseStream:
                 "name": tool or name,
                 "arguments": json.dumps(params or {}, ensure_ascii=False),
                 "output": None if failed else text,
-                "error": (result.get("errmsg") or text) if failed else None,
+                "error": _execution_error(result.get("errmsg") or text) if failed else None,
                 "status": "failed" if failed else "completed",
             }
+            if request is not None:
+                item["approval_request_id"] = request
         at = len(self._r["output"])
         self._r["output"].append(item)
         return [
@@ -509,6 +529,7 @@ class ResponseStream:
 
     def _approval_items(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        self._waited = [(str(c.get("id")), str(c.get("name") or "")) for c in calls]
         for call in calls:
             label, _, tool = str(call.get("name") or "").rpartition(".")
             out += self._list_tools(label)
@@ -554,6 +575,12 @@ def _tokens(run: dict[str, Any]) -> tuple[int, int]:
     """A run's prompt and completion tokens so far (its public shape)."""
     usage = run.get("usage") or {}
     return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+
+
+def _execution_error(message: str) -> dict[str, Any]:
+    """A failed ``mcp_call``'s ``error`` (the openai package's ``McpToolExecutionError``: the
+    tool's result content, MCP's shape)."""
+    return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
 
 
 def _timestamp(iso: str) -> float:

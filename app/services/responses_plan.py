@@ -28,6 +28,7 @@ from app.schemas.responses import ResponseCreate
 from app.schemas.sessions import SessionCreate
 from app.services import responses_ids as ids
 from app.services import responses_read as read
+from app.services import responses_resumed as continued
 from app.services.agent_directory import AgentInfo
 from app.services.agents import create_agent
 from app.services.auth import Principal
@@ -173,27 +174,31 @@ async def _continue(
             found = (await db.execute(_CHAIN_END, {"run_id": previous})).first()
             if found is None:  # a continuation's id: its run's log after one of its pauses
                 cont = await db.get(ResponseContinuation, previous)
-                if cont is not None:
+                if cont is not None and not (cont.request or {}).get("deleted"):
                     run_id, segment = cont.run_id, cont.segment
                     found = (await db.execute(_CHAIN_END, {"run_id": run_id})).first()
     if found is None or found[0] != tenant:
         raise read.not_found(previous, "previous_response_id")
     _, session_id, agent_id, latest, last = found
+    at_pause: dict[str, int] | None = None  # a response answered since: fork at its pause
     if segment != (last or 0):
         await read.find(state, tenant, previous, "previous_response_id")  # 404 if deleted
-        raise Conflict(
-            f"response {previous!r} waited for approval and was answered; continue from its "
-            "answer (the response whose previous_response_id it is)",
-            param="previous_response_id",
-        )
-    if latest == run_id and agent_id == agent.id and not forget:
+        answer = await continued.following(state, run_id, segment)
+        at_pause = answer[1].get("memory") if answer is not None else None
+        if at_pause is None:  # (answered before the memory at a pause was kept)
+            raise Conflict(
+                f"response {previous!r} waited for approval and was answered; continue from"
+                " its answer (the response whose previous_response_id it is)",
+                param="previous_response_id",
+            )
+    if at_pause is None and latest == run_id and agent_id == agent.id and not forget:
         return Planned(session_id, agent, key, forget)  # the chain's end: it goes on there
     async with state.sessionmaker() as db, db.begin():
         parent = await db.get(Run, run_id)
         session = await db.get(SessionRow, parent.session_pk) if parent is not None else None
         if parent is None or session is None:  # deleted meanwhile
             raise read.not_found(previous, "previous_response_id")
-        counts = await counts_at(db, session.pk, parent)
+        counts = at_pause if at_pause is not None else await counts_at(db, session.pk, parent)
         agent_row = await db.get(Agent, agent.id)
         assert agent_row is not None
         fork = await fork_session(

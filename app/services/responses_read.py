@@ -16,6 +16,7 @@ from app.db.models import Session as SessionRow
 from app.errors import BadRequest, NotFound
 from app.schemas.vocab import END_EVENT, EventType, RunStatus
 from app.services import responses_ids as ids
+from app.services import responses_resumed as continued
 from app.services.responses_events import ResponseStream, response_status, usage_of
 from app.state import AppState
 
@@ -51,9 +52,12 @@ def not_found(response_id: str, param: str) -> NotFound:
     )
 
 
-async def find(state: AppState, tenant_id: str, response_id: str, param: str) -> Stored:
+async def find(
+    state: AppState, tenant_id: str, response_id: str, param: str, forgotten: bool = False
+) -> Stored:
     """The tenant's stored response ``response_id``: a run's own, or a continuation; 404
-    naming the id otherwise (``param``: where the request named it)."""
+    naming the id otherwise (``param``: where the request named it). A ``store: false``
+    answer that ended is not found (``forgotten``: found, to answer its approval requests)."""
     if not response_id.startswith(ids.RESPONSE):
         raise not_found(response_id, param)
     async with state.sessionmaker() as db:
@@ -67,6 +71,8 @@ async def find(state: AppState, tenant_id: str, response_id: str, param: str) ->
         if ((run.options or {}).get("response") or {}).get("deleted"):
             raise not_found(response_id, param)  # deleted; a continuation of it stays
         return Stored(run.id, run)
+    if (cont.request or {}).get("deleted") and not forgotten:
+        raise not_found(response_id, param)
     return Stored(cont.id, run, cont.segment, cont.request, cont.created_at)
 
 
@@ -159,7 +165,17 @@ def stream_of(found: Stored, quiet: bool = False) -> ResponseStream:
     meta = (run.options or {}).get("response") or {}
     base = response_base(found)
     hold = bool(meta.get("hold"))
-    return ResponseStream(base, run.agent, hold, quiet, meta.get("mcp"), found.segment)
+    decided = decisions_in(found.request.get("input") or []) if found.segment else None
+    return ResponseStream(base, run.agent, hold, quiet, meta.get("mcp"), found.segment, decided)
+
+
+def decisions_in(items: list[dict[str, Any]]) -> dict[str, bool]:
+    """A continuation's decisions: approval request id → approved."""
+    return {
+        str(item.get("approval_request_id")): bool(item.get("approve"))
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "mcp_approval_response"
+    }
 
 
 async def stored_events(state: AppState, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -182,6 +198,13 @@ async def response_now(state: AppState, found: Stored) -> dict[str, Any]:
         if stream.ended:
             break
     response = stream.response
+    if stream.paused:  # answered another way: the run's next response is named
+        after = await continued.following(state, run.id, found.segment)
+        if after is not None and after[1].get("resumed_by") and not after[1].get("deleted"):
+            response["metadata"] = {
+                **(response.get("metadata") or {}),
+                continued.NEXT_KEY: after[0],
+            }
     if not stream.ended:
         response["status"] = response_status(run.status, run.stop_reason)
         if RunStatus(run.status).terminal:  # ended without its event stored (a crash)

@@ -138,6 +138,7 @@ async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
     assert done.status == "completed"
     call, answer = done.output  # only the new items
     assert call.type == "mcp_call" and call.name == "Calculator" and call.output == "42"
+    assert call.approval_request_id == request.id  # the request it answered (OpenAI's field)
     assert answer.type == "message" and done.output_text == "The answer is 42."
     assert done.usage is not None and waiting.usage is not None
     assert done.usage.output_tokens > 0
@@ -183,11 +184,16 @@ async def test_a_denial_also_makes_a_new_response(
     valid(_dump(denied))
     assert denied.id != waiting.id and denied.previous_response_id == waiting.id
     assert denied.status == "completed"
-    call, answer = denied.output
-    assert answer.type == "message"
-    assert call.type == "mcp_call" and call.name == "Calculator"
-    assert "denied" in str(call.output) and "not now" in str(call.output)  # what the model read
-    assert denied.output_text == "The answer is 42."
+    # The denied call did not run: no mcp_call item (as Hugging Face's responses.js, an
+    # implementation of OpenAI's API, answers: only approved requests become calls); the
+    # decision is the new response's input item, the model's answer its output.
+    [answer] = denied.output
+    assert answer.type == "message" and denied.output_text == "The answer is 42."
+    [item] = (await oai.responses.input_items.list(denied.id)).data
+    assert item.type == "mcp_approval_response" and item.approve is False
+    assert item.approval_request_id == waiting.output[0].id
+    log = (await client.get(f"/v1/runs/{waiting.id}/events")).text
+    assert "The user denied this tool call. not now" in log  # what the model read instead
     assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)
     for previous in (waiting.id, denied.id):  # answered: neither waits any more
         with pytest.raises(openai.ConflictError) as again:
@@ -266,13 +272,13 @@ async def test_a_chain_goes_on_from_the_new_response(
         previous_response_id=nxt.id,
     )
     assert last.previous_response_id == nxt.id and last.output_text == "The answer is 42."
-    # The waiting response was answered: the chain goes on from its answer, not from it.
-    with pytest.raises(openai.ConflictError) as answered:
-        await oai.responses.create(
-            model="careful", input="From the pause?", previous_response_id=waiting.id
-        )
-    assert answered.value.code == "conflict" and waiting.id in answered.value.message
-    assert answered.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    # The waiting response was answered: new input from it forks the chain at its pause
+    # (tests/app/test_responses_approval_gaps.py), as from any earlier response of a chain.
+    forked = await oai.responses.with_raw_response.create(
+        model="careful", input="From the pause?", previous_response_id=waiting.id
+    )
+    assert forked.headers["X-Session-Id"] != raw.headers["X-Session-Id"]
+    assert forked.parse().previous_response_id == waiting.id
 
 
 async def test_another_tenant_does_not_find_the_new_response(
@@ -546,3 +552,35 @@ def test_a_segment_not_reached_yet_is_the_bare_response() -> None:
     assert [e for type_, data in LOG[:3] for e in mapper.feed(type_, data)] == []
     assert not mapper.ended and mapper.response["output"] == []
     assert mapper.response["status"] == "in_progress" and mapper.response["usage"] is None
+
+
+def test_a_denied_call_has_no_item_an_approved_one_names_its_request() -> None:
+    base = base_of(CONT, 1_800_000_000, {"model": "m"}, "bot")
+    denied = ResponseStream(base, "bot", True, mcp=MCP, segment=1, decided={"call_1": False})
+    events = [event for type_, data in LOG for event in denied.feed(type_, data)]
+    for event in events:
+        EVENTS.validate_python(event)
+    assert [i["type"] for i in valid(denied.response).model_dump()["output"]] == [
+        "mcp_approval_request"  # the first call was denied: only the next pause's request
+    ]
+    approved, _ = _segment(2, CONT)
+    call = approved.response["output"][0]
+    assert call["type"] == "mcp_call" and call["approval_request_id"] == "call_2"
+
+
+def test_a_failed_call_has_the_openai_error_shape() -> None:
+    failed = {"result": [], "state": -1, "errmsg": "division by zero"}
+    log = [
+        ("run.created", {"run": {"status": "running"}}),
+        _mcp_call(0, 1),
+        ("message", {"index": 1, "message": {"sender": "x", "content": "", "formatted": failed}}),
+        ("run.completed", {"run": _run("completed", 5, 2)}),
+    ]
+    mapper = ResponseStream(base_of(RID, 1_800_000_000, {"model": "m"}, "bot"), "bot", True)
+    for type_, data in log:
+        for event in mapper.feed(type_, data):
+            EVENTS.validate_python(event)
+    call = valid(mapper.response).output[-1]
+    assert call.type == "mcp_call" and call.status == "failed" and call.output is None
+    assert call.error is not None and call.error.type == "mcp_tool_execution_error"
+    assert call.error.content == [{"type": "text", "text": "division by zero"}]
