@@ -261,10 +261,17 @@ async def answer_approvals(
 
 
 async def cancel_response(state: AppState, found: Stored) -> Stored:
-    """Cancel a response's run (its engine call and kernel stop, as any run's cancel) while
-    it is the run's latest response; one that has ended (an earlier response of the run
-    ended at its pause) cannot be cancelled (400, as OpenAI answers)."""
+    """Cancel a background response's run (its engine call and kernel stop, as any run's
+    cancel) while it is the run's latest response; one that has ended (an earlier response of
+    the run ended at its pause), or was not created with ``background``, cannot be cancelled
+    (400, as OpenAI answers)."""
     run = found.run
+    if not found.request.get("background"):  # OpenAI cancels background responses only
+        raise BadRequest(
+            "Cannot cancel a synchronous response.",
+            param="response_id",
+            code="response_not_cancellable",
+        )
     latest = await read.last_segment(state, run.id) == found.segment
     if not latest or RunStatus(run.status).terminal:
         status = run.status if latest else "completed"

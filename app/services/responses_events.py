@@ -23,11 +23,40 @@ Items from messages:
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 from agents.schema import AgentStatusCode
 from app.schemas.vocab import EventType
+from app.services.responses_shapes import (
+    call_arguments,
+    end_response,
+    execution_error,
+    function_call_item,
+    is_call,
+    is_result,
+    message_item,
+    response_status,
+    text_of,
+    text_part,
+    timestamp,
+    tokens,
+    usage_of,
+)
+
+# Also the shapes the stateless answers (``responses_stateless``) and the reader use from here.
+__all__ = [
+    "GAP_STRIDE",
+    "PYTHON_TOOLS",
+    "TEXT_STATES",
+    "ResponseStream",
+    "call_arguments",
+    "end_response",
+    "function_call_item",
+    "message_item",
+    "response_status",
+    "text_part",
+    "usage_of",
+]
 
 TEXT_STATES = (int(AgentStatusCode.STREAM_ING), int(AgentStatusCode.END))
 # Tools whose calls are ``code_interpreter_call`` items (the sandboxed Python interpreters).
@@ -41,135 +70,12 @@ PYTHON_TOOLS = frozenset(
         "python",
     }
 )
-FAILED = "server_error"  # a failed response's error code (one of OpenAI's ResponseError codes)
-_STOP_INCOMPLETE = {"length": "max_output_tokens", "budget_exceeded": "max_output_tokens"}
-
-
-# A run interrupted by its server's end (recovered after a crash, or not finished at a
-# shutdown): the response failed, with the reason in its error.
-_LOST = {
-    "server_restart": "the server restarted",
-    "shutdown": "the server shut down",
-    "replica_lost": "its server stopped answering",
-}
 # Stream events a run event may become, at most (a ``run.gap`` skips the numbers of the events
 # that may have been sent live and lost: the resumed stream's numbers stay above them).
 GAP_STRIDE = 1000
 # Run events after which a queued response is still not in progress: a gap, and an end
 # before it ran (cancelled in the queue).
 _QUIET_WHILE_QUEUED = frozenset({EventType.RUN_GAP, EventType.RUN_CANCELLED, EventType.ERROR})
-
-
-def response_status(run_status: str, stop_reason: str | None) -> str:
-    """The Response's ``status`` for a run's status (a run cut by max tokens: incomplete; one
-    its server lost: failed)."""
-    if run_status == "completed" and stop_reason in _STOP_INCOMPLETE:
-        return "incomplete"
-    if run_status == "interrupted" and stop_reason in _LOST:
-        return "failed"
-    return {
-        "queued": "queued",
-        "running": "in_progress",
-        "completed": "completed",
-        "requires_action": "completed",  # its mcp_approval_request items wait for the client
-        "failed": "failed",
-        "cancelled": "cancelled",
-        "interrupted": "cancelled",
-    }.get(run_status, "in_progress")
-
-
-def usage_of(run: dict[str, Any]) -> dict[str, Any]:
-    """A run's usage in the Responses shape."""
-    prompt, completion = _tokens(run)
-    return {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-        "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": prompt + completion,
-    }
-
-
-def text_of(content: Any) -> str:
-    """A message's content as text."""
-    if isinstance(content, str):
-        return content
-    return json.dumps(content, ensure_ascii=False)
-
-
-def _is_call(formatted: Any) -> bool:
-    return (
-        isinstance(formatted, dict)
-        and isinstance(formatted.get("action"), dict)
-        and formatted.get("status") == 1  # ToolStatusCode.VALID_TOOL
-    )
-
-
-def _is_result(formatted: Any) -> bool:
-    return isinstance(formatted, dict) and "result" in formatted and "state" in formatted
-
-
-def text_part(text: str) -> dict[str, Any]:
-    """An ``output_text`` content part."""
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def message_item(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-    """An assistant ``message`` output item."""
-    return {
-        "id": item_id,
-        "type": "message",
-        "role": "assistant",
-        "status": status,
-        "content": content,
-    }
-
-
-def function_call_item(item_id: str, call: dict[str, Any], arguments: str) -> dict[str, Any]:
-    """A ``function_call`` output item for a chat ``tool_calls`` entry (``arguments``: so far)."""
-    fn = call.get("function") or {}
-    return {
-        "id": item_id,
-        "type": "function_call",
-        "call_id": str(call.get("id")),
-        "name": str(fn.get("name")),
-        "arguments": arguments,
-        "status": "in_progress",
-    }
-
-
-def call_arguments(call: dict[str, Any]) -> str:
-    """A chat ``tool_calls`` entry's arguments (a JSON string)."""
-    return str((call.get("function") or {}).get("arguments") or "")
-
-
-def end_response(
-    response: dict[str, Any],
-    run: dict[str, Any],
-    error: dict[str, Any] | None,
-    finished_at: float | None,
-) -> str:
-    """Set a Response's end fields from its run's end (``run``: status, stop_reason, usage);
-    returns its terminal event's type."""
-    status = response_status(str(run.get("status", "failed")), run.get("stop_reason"))
-    response["status"] = status
-    response["usage"] = usage_of(run)
-    if status == "incomplete":
-        response["incomplete_details"] = {"reason": _STOP_INCOMPLETE[run["stop_reason"]]}
-    if status == "failed":
-        error = error or run.get("error") or {}
-        lost = _LOST.get(str(run.get("stop_reason")))
-        message = f"{lost} while the response ran; it did not finish" if lost else None
-        response["error"] = {
-            "code": FAILED,
-            "message": str(error.get("message") or message or "the run failed"),
-        }
-    if finished_at is not None and status != "in_progress":
-        response["completed_at"] = finished_at
-    return TERMINAL_TYPES.get(status, "response.failed")
-
-
-TERMINAL_TYPES = {"completed": "response.completed", "incomplete": "response.incomplete"}
 
 
 class ResponseStream:
@@ -401,10 +307,10 @@ class ResponseStream:
         sender = message.get("sender")
         formatted = message.get("formatted")
         text = text_of(message.get("content"))
-        if sender == self.agent and _is_call(formatted):
+        if sender == self.agent and is_call(formatted):
             self._call = formatted
             return self._close_text(self._open["text"], "completed") if self._open else []
-        if self._call is not None and isinstance(formatted, dict) and _is_result(formatted):
+        if self._call is not None and isinstance(formatted, dict) and is_result(formatted):
             call, self._call = self._call, None
             request = self._request_of(call)
             if request is not None and self._decided.get(request) is False:
@@ -489,7 +395,7 @@ class ResponseStream:
                 "name": tool or name,
                 "arguments": json.dumps(params or {}, ensure_ascii=False),
                 "output": None if failed else text,
-                "error": _execution_error(result.get("errmsg") or text) if failed else None,
+                "error": execution_error(result.get("errmsg") or text) if failed else None,
                 "status": "failed" if failed else "completed",
             }
             if request is not None:
@@ -557,31 +463,15 @@ class ResponseStream:
         if type_ == EventType.RUN_REQUIRES_ACTION:
             out += self._approval_items(data.get("tool_calls") or [])
             if self._at < self.segment:  # a pause before this response: its segment follows
-                self._between, self.spent = True, _tokens(run)
+                self._between, self.spent = True, tokens(run)
                 return []
             self.paused = True
         self.ended = True
         if self.spent != (0, 0):  # the run's usage counts on: this segment's is the rest
-            (prompt, completion), (before, before_out) = _tokens(run), self.spent
+            (prompt, completion), (before, before_out) = tokens(run), self.spent
             used = {"prompt_tokens": prompt - before, "completion_tokens": completion - before_out}
             run = {**run, "usage": used}
         finished = run.get("finished_at")
-        at = _timestamp(finished) if finished else None
+        at = timestamp(finished) if finished else None
         name = end_response(self._r, run, data.get("error"), at)
         return [*out, self._event(name, response=self._snapshot(final=True))]
-
-
-def _tokens(run: dict[str, Any]) -> tuple[int, int]:
-    """A run's prompt and completion tokens so far (its public shape)."""
-    usage = run.get("usage") or {}
-    return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-
-
-def _execution_error(message: str) -> dict[str, Any]:
-    """A failed ``mcp_call``'s ``error`` (the openai package's ``McpToolExecutionError``: the
-    tool's result content, MCP's shape)."""
-    return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
-
-
-def _timestamp(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

@@ -354,11 +354,17 @@ async def test_cancel_a_new_response_while_it_runs_on(
     cancelled through it."""
     await _agent(client, "twice", model="twice")
     waiting = await _waiting(oai, "twice")
-    first = await oai.responses.create(
+    started = await oai.responses.create(
         model="twice",
         input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
         previous_response_id=waiting.id,
+        background=True,  # OpenAI cancels background responses only
     )
+    for _ in range(200):
+        first = await oai.responses.retrieve(started.id)
+        if first.status == "completed":
+            break
+        await asyncio.sleep(0.05)
     assert first.output[-1].type == "mcp_approval_request"
     with pytest.raises(openai.BadRequestError):  # the earlier one ended at its pause
         await oai.responses.cancel(waiting.id)

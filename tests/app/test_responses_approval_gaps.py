@@ -241,3 +241,28 @@ async def test_new_input_from_an_answered_response_forks_at_its_pause(
     # The original chain is untouched: it goes on from the answer.
     nxt = await oai.responses.create(model="careful", input="Again?", previous_response_id=done.id)
     assert nxt.previous_response_id == done.id
+
+
+async def test_only_a_background_response_is_cancelled(
+    oai: openai.AsyncOpenAI,  # noqa: F811
+    client: httpx.AsyncClient,
+) -> None:
+    """OpenAI cancels responses created with ``background: true`` only: a streamed one, while
+    it runs, is refused (400) and goes on to its end."""
+    async with client.stream(
+        "POST", "/v1/responses", json={"model": "slow", "input": "go", "stream": True}
+    ) as raw:
+        lines = raw.aiter_lines()
+        response_id = None
+        async for line in lines:
+            if line.startswith("data:") and '"response.created"' in line:
+                response_id = line.split('"id":"', 1)[1].split('"', 1)[0]
+                break
+        assert response_id is not None
+        with pytest.raises(openai.BadRequestError) as refused:
+            await oai.responses.cancel(response_id)
+        assert refused.value.code == "response_not_cancellable"
+        assert refused.value.body["message"] == "Cannot cancel a synchronous response."  # type: ignore[index]
+        rest = "\n".join([line async for line in lines])
+    assert "response.completed" in rest
+    assert (await oai.responses.retrieve(response_id)).status == "completed"
