@@ -6,7 +6,9 @@
   session at all (``responses_stateless``).
 - The session: ``previous_response_id``'s (the chain goes on in it), or a fork of it at that
   response when the chain already went on from there, or another model answers (two responses
-  naming one ``previous_response_id`` each see the history up to it, not each other);
+  naming one ``previous_response_id`` each see the history up to it, not each other); a
+  response whose approval requests were answered forks at its pause (the session's memory
+  then, kept with the answer: ``responses_resumed``);
   ``conversation``'s (the conversation is a session); else a new session ``chain_...``.
   ``store: false`` runs in a session of its own (a fork when it continues a chain or a
   conversation), deleted when the run ends.
@@ -167,7 +169,7 @@ async def _continue(
 ) -> Planned:
     """The chain goes on in ``previous``'s session, or in a fork of it at ``previous`` (404
     naming ``previous_response_id`` for an unknown or another tenant's response). A response
-    that waited for approval and was answered goes on only as its answer did: 409."""
+    that waited for approval and was answered forks at its pause."""
     found, run_id, segment = None, previous, 0
     if previous.startswith(ids.RESPONSE):
         async with state.sessionmaker() as db:

@@ -266,3 +266,43 @@ async def test_only_a_background_response_is_cancelled(
         rest = "\n".join([line async for line in lines])
     assert "response.completed" in rest
     assert (await oai.responses.retrieve(response_id)).status == "completed"
+
+
+async def test_an_answer_and_a_run_resume_at_once_make_one_response(
+    oai: openai.AsyncOpenAI,  # noqa: F811
+    client: httpx.AsyncClient,
+) -> None:
+    """Of an ``mcp_approval_response`` and ``POST /v1/runs/{id}/resume`` at the same moment,
+    one goes on and the other is a 409; either way the run's next response exists."""
+    await _agent(client, "careful")
+    waiting = await _waiting(oai)
+    request_id = waiting.output[0].id
+
+    async def answer() -> int:
+        try:
+            await oai.responses.create(
+                model="careful",
+                input=[_decision(request_id)],  # type: ignore[list-item]
+                previous_response_id=waiting.id,
+            )
+        except openai.ConflictError as exc:
+            assert exc.code == "run_not_waiting"
+            return 409
+        return 200
+
+    async def resume() -> int:
+        body = {"decisions": [{"id": request_id, "action": "approve"}]}
+        return (await client.post(f"/v1/runs/{waiting.id}/resume", json=body)).status_code
+
+    codes = sorted(await asyncio.gather(answer(), resume()))
+    assert codes in ([200, 409], [202, 409]), codes
+    assert (await _until_ended(client, waiting.id))["status"] == "completed"
+    with pytest.raises(openai.ConflictError) as answered:  # names the one that went on
+        await oai.responses.create(
+            model="careful",
+            input=[_decision(request_id)],  # type: ignore[list-item]
+            previous_response_id=waiting.id,
+        )
+    next_id = answered.value.message.split("went on as response '")[1].split("'")[0]
+    done = await oai.responses.retrieve(next_id)
+    assert done.previous_response_id == waiting.id and done.output_text == "The answer is 42."
