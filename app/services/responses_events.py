@@ -388,6 +388,9 @@ class ResponseStream:
         else:
             label, _, tool = name.rpartition(".")
             out = self._list_tools(label)  # first: the item ids follow the output's order
+            ran = result.get("args")
+            if request is not None and isinstance(ran, dict) and ran:
+                params = ran  # what it ran with (a person may have edited the arguments)
             item = {
                 "id": self._item_id("mcp"),
                 "type": "mcp_call",

@@ -127,11 +127,12 @@ async def reserve(
     segment = await pauses(state, run.id)
     if segment < 1:
         return None
-    waiting_id, ran = run.id, (run.options or {}).get("response") or {}
-    if segment > 1:
+    own = (run.options or {}).get("response") or {}
+    waiting_id: str | None = run.id
+    ran: dict[str, Any] = own
+    if segment > 1:  # the waiting response is the answer to the pause before (if kept)
         before = await following(state, run.id, segment - 2)
-        if before is not None:
-            waiting_id, ran = before
+        waiting_id, ran = before if before is not None else (None, own)
     conversation = ran.get("conversation")
     meta: dict[str, Any] = {k: ran.get(k) for k in THE_RUNS}
     meta.update(
@@ -153,7 +154,7 @@ async def reserve(
         request=meta,
         created_at=utcnow(),
     )
-    await insert(state, row, run, waiting_id, "run_id")
+    await insert(state, row, run, waiting_id or run.id, "run_id")
     return row.id
 
 

@@ -7,6 +7,7 @@ event validated against its models.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -306,3 +307,55 @@ async def test_an_answer_and_a_run_resume_at_once_make_one_response(
     next_id = answered.value.message.split("went on as response '")[1].split("'")[0]
     done = await oai.responses.retrieve(next_id)
     assert done.previous_response_id == waiting.id and done.output_text == "The answer is 42."
+
+
+async def test_a_second_pause_resumed_through_the_runs_api_follows_the_first_answer(
+    oai: openai.AsyncOpenAI,  # noqa: F811
+    client: httpx.AsyncClient,
+) -> None:
+    await _agent(client, "twice", model="twice")
+    waiting = await _waiting(oai, "twice")
+    first = await oai.responses.create(
+        model="twice",
+        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
+        previous_response_id=waiting.id,
+    )
+    request = first.output[-1]
+    assert request.type == "mcp_approval_request"
+    resumed = await client.post(
+        f"/v1/runs/{waiting.id}/resume",
+        json={"decisions": [{"id": request.id, "action": "deny", "message": "enough"}]},
+    )
+    assert resumed.status_code == 202, resumed.text
+    assert (await _until_ended(client, waiting.id))["status"] == "completed"
+    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)  # answered here
+    again = await oai.responses.retrieve(first.id)
+    assert again.metadata is not None and _without_metadata(again) == _without_metadata(first)
+    second = await oai.responses.retrieve(again.metadata["next_response_id"])
+    valid(_dump(second))
+    assert second.previous_response_id == first.id
+    assert [i.type for i in second.output] == ["message"]  # the denied call did not run
+    [item] = (await oai.responses.input_items.list(second.id)).data
+    assert item.type == "mcp_approval_response" and item.approve is False
+    assert item.reason == "enough"
+
+
+async def test_an_edited_call_shows_the_arguments_it_ran_with(
+    oai: openai.AsyncOpenAI,  # noqa: F811
+    client: httpx.AsyncClient,
+) -> None:
+    await _agent(client, "careful")
+    waiting = await _waiting(oai)
+    [request] = waiting.output
+    edit = {"id": request.id, "action": "edit", "arguments": {"expression": "2 * 3"}}
+    resumed = await client.post(f"/v1/runs/{waiting.id}/resume", json={"decisions": [edit]})
+    assert resumed.status_code == 202, resumed.text
+    assert (await _until_ended(client, waiting.id))["status"] == "completed"
+    again = await oai.responses.retrieve(waiting.id)
+    assert again.metadata is not None
+    done = await oai.responses.retrieve(again.metadata["next_response_id"])
+    call = done.output[0]
+    assert call.type == "mcp_call" and call.approval_request_id == request.id
+    assert json.loads(call.arguments) == {"expression": "2 * 3"} and call.output == "6"
+    [item] = (await oai.responses.input_items.list(done.id)).data
+    assert item.type == "mcp_approval_response" and item.approve is True  # an edit approves
