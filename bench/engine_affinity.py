@@ -68,14 +68,20 @@ QUESTIONS = (
 )
 
 
-def vllm_server(model_dir: Path, kv_cache_bytes: int, dtype: str = "bfloat16") -> ServerProcess:
-    """vLLM's OpenAI server with the bench engine settings, stats on (for ``/metrics``)."""
+def vllm_server(
+    model_dir: Path, kv_cache_bytes: int, dtype: str = "bfloat16", block_size: int | None = None
+) -> ServerProcess:
+    """vLLM's OpenAI server with the bench engine settings, stats on (for ``/metrics``);
+    ``block_size``: tokens per KV block, the unit of prefix-cache hits (None: vLLM's CPU
+    default, 128)."""
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
     cmd += ["--served-model-name", "demo", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--dtype", dtype, "--enforce-eager", "--seed", "0", "--max-model-len", "4096"]
     cmd += ["--kv-cache-memory-bytes", str(kv_cache_bytes), "--enable-prefix-caching"]
     cmd += ["--disable-uvicorn-access-log"]
+    if block_size is not None:
+        cmd += ["--block-size", str(block_size)]
     server = ServerProcess("vllm-affinity", cmd, port, env=ENGINE_ENV, ready_path="/health")
     server.ready_timeout_s = START_TIMEOUT_S
     return server
@@ -113,6 +119,34 @@ async def one_turn(raw: Any, sid: str, history: list[dict[str, str]], max_tokens
     return ttft
 
 
+def round_robin_order(
+    rng: random.Random, sessions: int, last: dict[int, int], start: int
+) -> list[int]:
+    """The order round robin's sessions send one turn in (two servers; round robin gives the
+    k-th request of the turn server ``(start + k) % 2``): random, except that exactly half of
+    each server's sessions of the previous turn (``last``: session -> server, empty before the
+    first turn; updated) come back to it and half go to the other server, the expectation of a
+    random order. A plain shuffle leaves that to one draw: seed 0 sent 12 and 14 of 16 sessions
+    back to their previous server on turns 19 and 20, so round robin's last turn looked like
+    affinity's."""
+    order = list(range(sessions))
+    if last:
+        to: dict[int, list[int]] = {0: [], 1: []}
+        for server in (0, 1):
+            mine = [s for s in order if last[s] == server]
+            back = set(rng.sample(mine, len(mine) // 2))
+            for s in mine:
+                to[server if s in back else 1 - server].append(s)
+        for group in to.values():
+            rng.shuffle(group)
+        order = [(to[(start + k) % 2] or to[(start + k + 1) % 2]).pop() for k in range(sessions)]
+    else:
+        rng.shuffle(order)
+    for k, s in enumerate(order):
+        last[s] = (start + k) % 2
+    return order
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -123,7 +157,7 @@ async def measure(
 ) -> dict[str, Any]:
     """Run both policies turn by turn (``fleets``: each policy's server URLs); per policy: hit
     rates and last-turn TTFTs."""
-    from app.models.openai_backend import create_openai_handle
+    from app.models.openai_backend import OpenAIHandle, create_openai_handle
 
     handles = {
         p: create_openai_handle(
@@ -136,6 +170,10 @@ async def measure(
         )
         for p in POLICIES
     }
+    pools = {}
+    for policy, handle in handles.items():
+        assert isinstance(handle, OpenAIHandle) and handle.pool is not None
+        pools[policy] = handle.pool
     histories = {
         p: [
             [
@@ -147,6 +185,7 @@ async def measure(
         for p in POLICIES
     }
     rng = random.Random(0)
+    last_server: dict[int, int] = {}  # round robin: each session's server on its last turn
     counts = {p: [0.0, 0.0] for p in POLICIES}  # queried, hit
     last_counts = {p: [0.0, 0.0] for p in POLICIES}
     ttfts: dict[str, list[float]] = {p: [] for p in POLICIES}
@@ -160,8 +199,12 @@ async def measure(
                 raw = handles[policy].raw
                 before = await prefix_counters(http, fleets[policy])
                 started = time.perf_counter()
-                ids = list(range(sessions))
-                rng.shuffle(ids)
+                if policy == "round_robin":  # the next request's server: requests so far
+                    sent = sum(u.requests for u in pools[policy].upstreams)
+                    ids = round_robin_order(rng, sessions, last_server, sent)
+                else:
+                    ids = list(range(sessions))
+                    rng.shuffle(ids)
                 got = await asyncio.gather(
                     *(one_turn(raw, f"{policy}-{s}", histories[policy][s], max_tokens) for s in ids)
                 )
@@ -186,11 +229,9 @@ async def measure(
             for policy in POLICIES:  # the next user message
                 for history in histories[policy]:
                     history.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
-    spread, placed = {}, {}
-    for policy, handle in handles.items():
-        pool = getattr(handle, "pool", None)
-        spread[policy] = [u.requests for u in pool.upstreams] if pool is not None else []
-        placed[policy] = [u.sessions for u in pool.upstreams] if pool is not None else []
+    spread = {p: [u.requests for u in pools[p].upstreams] for p in POLICIES}
+    placed = {p: [u.sessions for u in pools[p].upstreams] for p in POLICIES}
+    for handle in handles.values():
         await handle.close()
     rows: list[dict[str, Any]] = []
     for policy in POLICIES:
@@ -234,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--kv-cache-mib", type=int, default=64)
     parser.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="tokens per KV block, the unit of a prefix-cache hit (default: vLLM's CPU 128)",
+    )
+    parser.add_argument(
         "--model",
         choices=("demo", "smollm2"),
         default="demo",
@@ -257,12 +304,16 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         load_at_start = os.getloadavg()[0]
         fleets = {
-            p: [stack.enter_context(vllm_server(model_dir, kv, dtype)).base_url for _ in range(2)]
+            p: [
+                stack.enter_context(vllm_server(model_dir, kv, dtype, args.block_size)).base_url
+                for _ in range(2)
+            ]
             for p in POLICIES
         }
         servers_s = time.perf_counter() - started
         result = asyncio.run(measure(fleets, args.sessions, args.turns, args.max_tokens))
         result["kv_cache_mib"] = args.kv_cache_mib
+        result["block_size"] = args.block_size or 128
         result["servers_start_s"] = round(servers_s, 1)
         result["wall_s"] = round(time.perf_counter() - started, 1)
         result["load_average_1m_at_start"] = load_at_start
@@ -281,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     model = "" if args.model == "demo" else f"-{args.model}"
     size = "" if (args.sessions, args.turns) == (16, 20) else f"-{args.sessions}x{args.turns}"
-    name = f"engine_affinity{model}-kv{args.kv_cache_mib}-t{args.max_tokens}{size}.json"
+    block = "" if args.block_size is None else f"-b{args.block_size}"
+    name = f"engine_affinity{model}-kv{args.kv_cache_mib}{block}-t{args.max_tokens}{size}.json"
     out = RESULTS_DIR / name
     out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
