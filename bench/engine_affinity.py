@@ -14,11 +14,12 @@ alternates per turn), so machine noise hits both. Each policy's sessions share o
 prompt (an agent's instructions, ~400 tokens). ``--kv-cache-mib`` sizes each server's KV
 cache: how much of the sessions' histories a server can keep is what affinity saves (round
 robin keeps every session on both servers). ``--model smollm2`` (the default model,
-SmolLM2-135M in float32: 45 KiB of KV per token, 5.625 MiB per 128-token block; prefill
-costs enough to show in TTFT) with ``--kv-cache-mib 384 --max-tokens 16`` is sized so that
-affinity's sessions fit each server's cache at turn 20 and round robin's do not (the
-arithmetic: bench/README.md, "Engine fleet"); the demo model (1 KiB per token) has almost no
-prefill cost. Reported per policy: the prefix-cache hit rate (hits / queried tokens, the
+SmolLM2-135M in float32: 45 KiB of KV per token; prefill costs enough to show in TTFT) with
+``--max-tokens 16 --kv-cache-mib 320 --block-size 32`` is sized so that affinity's sessions
+fit each server's cache at turn 20 and round robin's do not (the arithmetic: bench/README.md,
+"Engine fleet"); the demo model (1 KiB per token) has almost no prefill cost. Round robin's
+arrival order sends exactly half of each server's sessions back to it each turn
+(``round_robin_order``); each engine runs one unbound OpenMP thread (``--engine-threads``). Reported per policy: the prefix-cache hit rate (hits / queried tokens, the
 servers' ``vllm:prefix_cache_*`` counters over that policy's requests) overall and on the last
 turn, the TTFT (request sent to the first content chunk) of the last turn, median and p90
 over the sessions, the sessions the pool placed on each server, and per turn the hit rate,
@@ -26,8 +27,10 @@ TTFT p50 and wall time (also printed to stderr as the run goes). Goal (issue 27)
 last-turn TTFT p50 ≤ 0.7× round robin's.
 
 ``python -m bench.engine_affinity [--model demo|smollm2] [--sessions 16] [--turns 20]
-[--max-tokens 16] [--kv-cache-mib 64]`` (prints JSON rows and a table; writes
-bench/results/engine_affinity[-smollm2]-kv<MiB>-t<max tokens>[-<sessions>x<turns>].json).
+[--max-tokens 16] [--kv-cache-mib 64] [--block-size N] [--engine-threads 1]`` (prints JSON
+rows and a table; writes bench/results/engine_affinity[-smollm2]-kv<MiB>[-b<block>]-t<max
+tokens>[-<sessions>x<turns>].json). The issue's run: ``--model smollm2 --max-tokens 16
+--kv-cache-mib 320 --block-size 32`` (about 6 minutes on 2 loaded cores).
 """
 
 from __future__ import annotations
