@@ -19,7 +19,8 @@ SmolLM2-135M in float32: 45 KiB of KV per token; prefill costs enough to show in
 fit each server's cache at turn 20 and round robin's do not (the arithmetic: bench/README.md,
 "Engine fleet"); the demo model (1 KiB per token) has almost no prefill cost. Round robin's
 arrival order sends exactly half of each server's sessions back to it each turn
-(``round_robin_order``); each engine runs one unbound OpenMP thread (``--engine-threads``). Reported per policy: the prefix-cache hit rate (hits / queried tokens, the
+(``round_robin_order``); each engine runs one unbound OpenMP thread (``--engine-threads``).
+Reported per policy: the prefix-cache hit rate (hits / queried tokens, the
 servers' ``vllm:prefix_cache_*`` counters over that policy's requests) overall and on the last
 turn, the TTFT (request sent to the first content chunk) of the last turn, median and p90
 over the sessions, the sessions the pool placed on each server, and per turn the hit rate,
