@@ -157,6 +157,9 @@ async def test_engine_affinity_harness_measures_hits_and_ttft_per_policy() -> No
     assert sum(session["requests_per_server"]) == sum(rr["requests_per_server"]) == 20
     assert session["prefix_hit_rate"] > rr["prefix_hit_rate"] > 0
     assert session["last_turn_ttft_p50_ms"] > 0 and result["ttft_ratio_session_over_round_robin"]
+    placed = session["sessions_per_server"]  # bounded loads: at most ceil(1.125 × 4 / 2) = 3
+    assert sum(placed) == 4 and max(placed) <= 3
+    assert all(len(result["per_turn"][p]) == 5 for p in ("session", "round_robin"))
 
 
 def test_agentic_bench_runs_the_same_cells_on_both_sides() -> None:
