@@ -67,7 +67,7 @@ async def stepwise(span: Span, stream: AsyncIterator[T]) -> AsyncIterator[T]:
                 context.detach(token)
             yield item
     except BaseException as exc:
-        _failed(span, exc)
+        record_failure(span, exc)
         raise
     finally:
         aclose = getattr(stream, "aclose", None)
@@ -80,7 +80,8 @@ async def stepwise(span: Span, stream: AsyncIterator[T]) -> AsyncIterator[T]:
         span.end()
 
 
-def _failed(span: Span, exc: BaseException) -> None:
+def record_failure(span: Span, exc: BaseException) -> None:
+    """A failed block on its span: ``error.type``, the exception, ERROR (not for GeneratorExit)."""
     if isinstance(exc, GeneratorExit):  # the consumer stopped early: not a failure
         return
     span.set_attribute("error.type", type(exc).__qualname__)
@@ -294,7 +295,7 @@ class AgentTracer:
             span.set_attributes(_raw_ended(answer, model, reasons, self.capture_content, output))
             return answer
         except BaseException as exc:
-            _failed(span, exc)
+            record_failure(span, exc)
             raise
         finally:
             span.end()
