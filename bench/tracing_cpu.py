@@ -204,12 +204,19 @@ class Child:
         self.proc.stdin.flush()
         return self.read()
 
-    def instructions(self, path: str, n: int) -> int:
-        """Instructions of ``n`` requests of ``path`` (callgrind, zeroed before, dumped after)."""
-        assert self.callgrind is not None
+    def instructions(self, path: str, n: int) -> tuple[int, float]:
+        """Instructions of ``n`` requests of ``path`` (callgrind, zeroed before, dumped after)
+        and the window's wall time."""
         _control(self.pid, "-z")
+        start = time.monotonic()
         self.send(path, n)
+        wall = time.monotonic() - start
         _control(self.pid, "-d")
+        return self.dumped(), wall
+
+    def dumped(self) -> int:
+        """Instructions of the newest dump."""
+        assert self.callgrind is not None
         newest = max(self.callgrind.glob(f"cg.{self.pid}.*"), key=lambda p: int(p.suffix[1:]))
         text = newest.read_text(errors="replace")
         found = re.search(r"^summary: (\d+)$", text, re.M)
@@ -232,11 +239,14 @@ def _control(pid: int, *args: str) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    trees = [Path(t).resolve() for t in args.trees.split(",")] if args.trees else [ROOT]
-    modes = args.modes.split(",")
+    targets: list[tuple[Path, str]] = []
+    for spec in args.trees.split(",") if args.trees else [str(ROOT)]:
+        tree, _, own = spec.partition(":")  # DIR:none+on: that tree's own modes
+        modes = own.split("+") if own else args.modes.split(",")
+        targets += [(Path(tree).resolve(), mode) for mode in modes]
     with contextlib.ExitStack() as stack:
         sink = stack.enter_context(uvicorn_server("otlp-sink", "bench.baselines.otlp_sink:app"))
-        children = [Child(tree, mode, sink.base_url, args) for tree in trees for mode in modes]
+        children = [Child(tree, mode, sink.base_url, args) for tree, mode in targets]
         for child in children:
             stack.callback(child.close)
         for child in children:
@@ -246,24 +256,51 @@ def run(args: argparse.Namespace) -> None:
                 _control(child.pid, "-i", "on")
         figures: Figures = {c.label: {p: [] for p in PATHS} for c in children}
         gcs: Figures = {c.label: {p: [] for p in PATHS} for c in children}
+        walls: Figures = {c.label: {p: [] for p in PATHS} for c in children}
         per = max(1, args.n // args.rounds)
+        # A session turn costs ~10 chat requests: fewer of them per window under callgrind.
+        n_of = {"chat": per, "agent": per, "session": max(1, per // args.session_div)}
         for _ in range(args.rounds):
             for path in PATHS:
                 for child in children:
                     if args.instructions:
-                        figures[child.label][path].append(child.instructions(path, per) / per)
+                        counted, wall = child.instructions(path, n_of[path])
+                        figures[child.label][path].append(counted)
+                        walls[child.label][path].append(wall)
                     else:
-                        got = child.send(path, per)
-                        figures[child.label][path].append(got["cpu"] / per)
-                        gcs[child.label][path].append(got["gc"] / per)
+                        got = child.send(path, n_of[path])
+                        figures[child.label][path].append(got["cpu"])
+                        gcs[child.label][path].append(got["gc"])
+        if args.instructions:
+            # The gateways' own timers (pollers, heartbeats) run by wall time, and a window
+            # under callgrind lasts seconds: an idle window per child measures their rate,
+            # subtracted from each window by its wall time (as bench/responses_calls.py).
+            idle_s = min(60.0, max(w for c in walls.values() for ws in c.values() for w in ws))
+            for child in children:  # all idle at once
+                _control(child.pid, "-z")
+            time.sleep(idle_s)
+            for child in children:
+                _control(child.pid, "-d")
+                rate = child.dumped() / idle_s
+                for path in PATHS:
+                    counts, times = figures[child.label][path], walls[child.label][path]
+                    figures[child.label][path] = [
+                        (c - rate * w) / n_of[path] for c, w in zip(counts, times, strict=True)
+                    ]
+                print(f"{child.label}: idle {rate / 1e6:.1f}M instructions/s", flush=True)
+        else:
+            for label, paths in figures.items():
+                for path in PATHS:
+                    paths[path] = [cpu / n_of[path] for cpu in paths[path]]
+                    gcs[label][path] = [g / n_of[path] for g in gcs[label][path]]
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
             for path in PATHS:
                 for child in children:
-                    child.send(path, per, profile=True)
+                    child.send(path, n_of[path], profile=True)
     unit = "instructions" if args.instructions else "µs CPU"
     print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}; {args.rounds} "
-          f"rounds of {per} requests per path; median of rounds, {unit} per request")  # fmt: skip
+          f"rounds of {n_of} requests; median of rounds, {unit} per request")  # fmt: skip
     ref = children[0].label
     print(f"{'target':28s} " + " ".join(f"{p:>22s}" for p in PATHS))
     for child in children:
@@ -282,9 +319,12 @@ def run(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.tracing_cpu")
     parser.add_argument("--modes", default="none,on", help="of none, off, on, sampled")
-    parser.add_argument("--trees", default="", help="checkouts, comma-separated (this one)")
+    parser.add_argument(
+        "--trees", default="", help="checkouts, comma-separated (this one); DIR:none+on: its modes"
+    )
     parser.add_argument("--n", type=int, default=2000, help="requests per path and target")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--session-div", type=int, default=1, help="session windows: n / this")
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--instructions", action="store_true", help="callgrind (module doc)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
