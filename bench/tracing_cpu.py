@@ -14,6 +14,7 @@ request and the ratio to the first (tree, mode).
 
 ``--profile DIR``: each child also runs cProfile over one extra window per path and writes
 ``DIR/<tree>-<mode>-<path>.prof`` (``python -m pstats``), for where the time goes.
+``--spans``: the SDK's pieces per span measured alone (``spans_alone``), no gateway.
 ``--instructions``: the children run under valgrind's callgrind, instrumented only while they
 serve (``--rounds`` windows per path, the median kept): machine instructions per request, the
 load-proof figure (slow: ≈ 1 min to start, ≈ 10 ms per request).
@@ -316,6 +317,103 @@ def run(args: argparse.Namespace) -> None:
             print(f"{'  of which gc':28s} " + " ".join(f"{g:>22.1f}" for g in spent))
 
 
+def spans_alone(sink: str, n: int = 5000) -> None:
+    """``--spans``: the SDK's pieces per span, alone (CPU µs, median of 5 alternating rounds):
+    a chat span's start and end (4 attributes at start, 4 at the end, the TTFT event) without
+    a processor and with the batch processor's queue; its encoding in a batch of 512 with the
+    SDK's ``Resource`` and with ``_hashed_resource``; the exporter's encode + post per span at
+    a batch of 32 and 512; the context, sampler and id calls a span makes."""
+    from opentelemetry import context, trace
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SimpleSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from app.ops.tracing import _hashed_resource
+
+    class Kept(SpanExporter):
+        def __init__(self) -> None:
+            self.spans: list[ReadableSpan] = []
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.spans.extend(spans)
+            return SpanExportResult.SUCCESS
+
+    start = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "scripted",
+             "gen_ai.request.model": "scripted", "gen_ai.conversation.id": "3f2a"}  # fmt: skip
+    end = {"gen_ai.response.model": "scripted", "gen_ai.response.finish_reasons": ["stop"],
+           "gen_ai.usage.input_tokens": 3, "gen_ai.usage.output_tokens": 4}  # fmt: skip
+    sdk = Resource.create({"service.name": "bench"})
+    hashed = _hashed_resource(sdk.attributes, sdk.schema_url)
+
+    def tracer(resource: Any, processor: Any = None) -> Any:
+        provider = TracerProvider(resource=resource)
+        if processor is not None:
+            provider.add_span_processor(processor)
+        return provider, provider.get_tracer("bench")
+
+    def chat_span(t: Any) -> None:
+        span = t.start_span("chat scripted", attributes=start)
+        span.add_event("gen_ai.first_token", {"gen_ai.server.time_to_first_token": 0.01})
+        span.set_attributes(end)
+        span.end()
+
+    def made(resource: Any) -> list[ReadableSpan]:
+        kept = Kept()
+        _, t = tracer(resource, SimpleSpanProcessor(kept))
+        for _ in range(512):
+            chat_span(t)
+        return kept.spans
+
+    _, bare = tracer(sdk)
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    queued_provider, queued = tracer(sdk, BatchSpanProcessor(Dropped()))
+    batch_sdk, batch_hashed = made(sdk), made(hashed)
+    exporter = OTLPSpanExporter(endpoint=f"{sink}/v1/traces")
+    parent = trace.set_span_in_context(bare.start_span("request"))
+    provider = TracerProvider()
+    ids = provider.id_generator
+
+    def attach() -> None:
+        context.detach(context.attach(parent))
+
+    pieces: dict[str, tuple[Any, int, int]] = {  # name: (call, repeats, spans per call)
+        "chat span start+end, no processor": (lambda: chat_span(bare), n, 1),
+        "chat span start+end, batch processor queue": (lambda: chat_span(queued), n, 1),
+        "encode, batch of 512, SDK Resource": (lambda: encode_spans(batch_sdk), 4, 512),
+        "encode, batch of 512, hashed resource": (lambda: encode_spans(batch_hashed), 4, 512),
+        "export (encode + post), batch of 32": (lambda: exporter.export(batch_hashed[:32]), 20, 32),
+        "export (encode + post), batch of 512": (lambda: exporter.export(batch_hashed), 4, 512),
+        "context attach + detach": (attach, n, 1),
+        "sampler (parent-based, always on)": (
+            lambda: provider.sampler.should_sample(parent, 1, "x", attributes=start),
+            n,
+            1,
+        ),
+        "trace id + span id": (lambda: ids.generate_trace_id() + ids.generate_span_id(), n, 1),
+    }
+    spent: dict[str, list[float]] = {name: [] for name in pieces}
+    for _ in range(5):
+        for name, (call, repeats, per_call) in pieces.items():
+            began = time.process_time()
+            for _ in range(repeats):
+                call()
+            spent[name].append((time.process_time() - began) / repeats / per_call)
+        queued_provider.force_flush()
+    for name, values in spent.items():
+        print(f"{name:48s} {statistics.median(values) * 1e6:7.2f} µs per span")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.tracing_cpu")
     parser.add_argument("--modes", default="none,on", help="of none, off, on, sampled")
@@ -327,8 +425,13 @@ def main() -> None:
     parser.add_argument("--session-div", type=int, default=1, help="session windows: n / this")
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--instructions", action="store_true", help="callgrind (module doc)")
+    parser.add_argument("--spans", action="store_true", help="the SDK's pieces per span")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.spans:
+        with uvicorn_server("otlp-sink", "bench.baselines.otlp_sink:app") as sink:
+            spans_alone(sink.base_url)
+        return
     if args.child is not None:
         profile = str(args.profile) if args.profile else None
         asyncio.run(_child(profile, args.child))
