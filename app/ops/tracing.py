@@ -177,22 +177,25 @@ class TracingMiddleware:
                 status = message["status"]
             return send(message)
 
+        # Sampled out: the span keeps nothing, so neither the status nor the route is taken.
+        recording = span.is_recording()
         token = self._context.attach(trace.set_span_in_context(span, parent))
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive, send_wrapper if recording else send)
         except Exception as exc:
             span.record_exception(exc)
             raise
         finally:
             self._context.detach(token)
-            route = route_template(scope)
-            span.update_name(f"{method} {route}")
-            # One call: each attribute set alone costs a lock and a check in the SDK.
-            ended: dict[str, Any] = {"http.route": route, "http.response.status_code": status}
-            if status >= 500:
-                span.set_status(trace.Status(trace.StatusCode.ERROR))
-                ended["error.type"] = str(status)
-            span.set_attributes(ended)
+            if recording:
+                route = route_template(scope)
+                span.update_name(f"{method} {route}")
+                # One call: each attribute set alone costs a lock and a check in the SDK.
+                ended: dict[str, Any] = {"http.route": route, "http.response.status_code": status}
+                if status >= 500:
+                    span.set_status(trace.Status(trace.StatusCode.ERROR))
+                    ended["error.type"] = str(status)
+                span.set_attributes(ended)
             span.end()
 
 
