@@ -74,7 +74,9 @@ def _gateway(name: str, mode: str, sink: ServerProcess | None, tree: Path | None
         if mode == "sampled":
             env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
             env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
-    return gateway_server(name, SCRIPTED, None, tree=tree, **env)
+    server = gateway_server(name, SCRIPTED, None, tree=tree, **env)
+    server.ready_timeout_s = 300.0  # six gateways start at once: slow on a busy machine
+    return server
 
 
 def _specs(mode: str, server: ServerProcess) -> list[LoadSpec]:

@@ -97,6 +97,28 @@ def _exporters(env: Mapping[str, str]) -> list[Any]:
     return exporters
 
 
+def _hashed_resource(attributes: Any, schema_url: str | None) -> Any:
+    """The SDK's ``Resource`` with its hash computed once.
+
+    The OTLP exporter groups each batch's spans by resource (``encode_spans``: a dict keyed by
+    ``span.resource``), and ``Resource.__hash__`` JSON-encodes the resource's attributes every
+    time: ≈ 6.6 µs per exported span, a sixth of the encoder's cost per span here. A resource
+    is immutable (its attributes are frozen at creation), so the hash can be kept; equality and
+    everything else stay the SDK's.
+    """
+    from opentelemetry.sdk.resources import Resource
+
+    class HashedResource(Resource):
+        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
+            super().__init__(attributes, schema_url)
+            self._hash = super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+
+    return HashedResource(attributes, schema_url)
+
+
 def setup_tracing(env: Mapping[str, str] | None = None) -> Tracing | None:
     """A provider with batch exporters as the ``OTEL_*`` variables say; None when off."""
     env = os.environ if env is None else env
@@ -107,8 +129,9 @@ def setup_tracing(env: Mapping[str, str] | None = None) -> Tracing | None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     defaults = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": "agentstation"}
+    created = Resource.create(defaults)  # + OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     # The sampler comes from OTEL_TRACES_SAMPLER (parentbased_always_on by default).
-    provider = TracerProvider(resource=Resource.create(defaults))
+    provider = TracerProvider(resource=_hashed_resource(created.attributes, created.schema_url))
     for exporter in _exporters(env):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     tracer = provider.get_tracer(TRACER_NAME)
@@ -154,22 +177,25 @@ class TracingMiddleware:
                 status = message["status"]
             return send(message)
 
+        # Sampled out: the span keeps nothing, so neither the status nor the route is taken.
+        recording = span.is_recording()
         token = self._context.attach(trace.set_span_in_context(span, parent))
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive, send_wrapper if recording else send)
         except Exception as exc:
             span.record_exception(exc)
             raise
         finally:
             self._context.detach(token)
-            route = route_template(scope)
-            span.update_name(f"{method} {route}")
-            # One call: each attribute set alone costs a lock and a check in the SDK.
-            ended: dict[str, Any] = {"http.route": route, "http.response.status_code": status}
-            if status >= 500:
-                span.set_status(trace.Status(trace.StatusCode.ERROR))
-                ended["error.type"] = str(status)
-            span.set_attributes(ended)
+            if recording:
+                route = route_template(scope)
+                span.update_name(f"{method} {route}")
+                # One call: each attribute set alone costs a lock and a check in the SDK.
+                ended: dict[str, Any] = {"http.route": route, "http.response.status_code": status}
+                if status >= 500:
+                    span.set_status(trace.Status(trace.StatusCode.ERROR))
+                    ended["error.type"] = str(status)
+                span.set_attributes(ended)
             span.end()
 
 

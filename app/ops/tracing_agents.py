@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
@@ -27,6 +27,7 @@ from agents.llms.base import LLMDelta, Messages
 from app.ops.logging import run_id_var
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
 R = TypeVar("R")
 
 CONVERSATION = "gen_ai.conversation.id"
@@ -53,8 +54,20 @@ def _inherited(key: str) -> Any:
     return attributes.get(key) if attributes else None
 
 
-async def stepwise(span: Span, stream: AsyncIterator[T]) -> AsyncIterator[T]:
-    """``stream`` with ``span`` current while it runs; the span ends with it."""
+class Observer(Protocol[T_contra]):
+    """What a model call's span records from its stream, without a generator layer of its own:
+    ``item`` sees each chunk on its way out, ``ended`` gives the closing attributes."""
+
+    def item(self, item: T_contra) -> None: ...
+
+    def ended(self) -> dict[str, Any]: ...
+
+
+async def stepwise(
+    span: Span, stream: AsyncIterator[T], observer: Observer[T] | None = None
+) -> AsyncIterator[T]:
+    """``stream`` with ``span`` current while it runs; the span ends with it. ``observer``
+    (a model call's): each item passes it, its attributes are set once the stream is done."""
     ctx = trace.set_span_in_context(span)
     try:
         while True:
@@ -65,9 +78,14 @@ async def stepwise(span: Span, stream: AsyncIterator[T]) -> AsyncIterator[T]:
                 break
             finally:
                 context.detach(token)
+            if observer is not None:
+                observer.item(item)
             yield item
+        if observer is not None:
+            # One call at the end: each attribute set alone costs a lock and a check in the SDK.
+            span.set_attributes(observer.ended())
     except BaseException as exc:
-        _failed(span, exc)
+        record_failure(span, exc)
         raise
     finally:
         aclose = getattr(stream, "aclose", None)
@@ -80,7 +98,8 @@ async def stepwise(span: Span, stream: AsyncIterator[T]) -> AsyncIterator[T]:
         span.end()
 
 
-def _failed(span: Span, exc: BaseException) -> None:
+def record_failure(span: Span, exc: BaseException) -> None:
+    """A failed block on its span: ``error.type``, the exception, ERROR (not for GeneratorExit)."""
     if isinstance(exc, GeneratorExit):  # the consumer stopped early: not a failure
         return
     span.set_attribute("error.type", type(exc).__qualname__)
@@ -216,46 +235,7 @@ class AgentTracer:
         if self.capture_content:
             attributes["gen_ai.input.messages"] = input_messages(messages)
         span = self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
-        return stepwise(span, self._chat(span, model, stream))
-
-    async def _chat(
-        self, span: Span, model: str, stream: Callable[[], AsyncIterator[LLMDelta]]
-    ) -> AsyncIterator[LLMDelta]:
-        start = time.perf_counter()
-        first = True
-        text: list[str] = []
-        finish: str | None = None
-        usage = None
-        async for delta in stream():
-            if first and delta.text:
-                first = False
-                ttft = time.perf_counter() - start
-                span.add_event(FIRST_TOKEN_EVENT, {"gen_ai.server.time_to_first_token": ttft})
-            if self.capture_content and delta.text:
-                text.append(delta.text)
-            if delta.usage is not None:
-                usage = delta.usage
-            if delta.finish_reason is not None:
-                finish = delta.finish_reason
-            yield delta
-        # One call at the end: each attribute set alone costs a lock and a check in the SDK.
-        ended: dict[str, Any] = {
-            "gen_ai.response.model": model,
-            "gen_ai.response.finish_reasons": [finish or "stop"],
-        }
-        if usage is not None:
-            ended["gen_ai.usage.input_tokens"] = usage.prompt_tokens
-            ended["gen_ai.usage.output_tokens"] = usage.completion_tokens
-        if self.capture_content:
-            output = [
-                {
-                    "role": "assistant",
-                    "parts": [{"type": "text", "content": "".join(text)}],
-                    "finish_reason": finish or "stop",
-                }
-            ]
-            ended["gen_ai.output.messages"] = json.dumps(output)
-        span.set_attributes(ended)
+        return stepwise(span, stream(), _ChatObserver(span, model, self.capture_content))
 
     # -- raw model requests (InstrumentedRaw: /v1/chat/completions with a model's name) ------
     def _raw_span(self, model: str, provider: str, request: dict[str, Any]) -> Span | None:
@@ -294,7 +274,7 @@ class AgentTracer:
             span.set_attributes(_raw_ended(answer, model, reasons, self.capture_content, output))
             return answer
         except BaseException as exc:
-            _failed(span, exc)
+            record_failure(span, exc)
             raise
         finally:
             span.end()
@@ -310,33 +290,94 @@ class AgentTracer:
         span = self._raw_span(model, provider, request)
         if span is None:
             return stream()
-        return stepwise(span, self._raw_chunks(span, model, stream))
+        observer = _RawObserver(span, model, self.capture_content)
+        return stepwise(span, stream(), observer)
 
-    async def _raw_chunks(
-        self, span: Span, model: str, stream: Callable[[], AsyncIterator[dict[str, Any]]]
-    ) -> AsyncIterator[dict[str, Any]]:
-        start = time.perf_counter()
-        first = True
-        reasons: list[str] = []
-        text: list[str] = []
-        last: dict[str, Any] = {}
-        async for chunk in stream():
-            for choice in chunk.get("choices") or []:
-                content = (choice.get("delta") or {}).get("content")
-                if content and first:
-                    first = False
-                    ttft = time.perf_counter() - start
-                    span.add_event(FIRST_TOKEN_EVENT, {"gen_ai.server.time_to_first_token": ttft})
-                if content and self.capture_content:
-                    text.append(content)
-                if choice.get("finish_reason"):
-                    reasons.append(choice["finish_reason"])
-            if chunk.get("usage") or chunk.get("id"):
-                last = {**last, **{k: chunk[k] for k in ("id", "model", "usage") if k in chunk}}
-            yield chunk
-        span.set_attributes(
-            _raw_ended(last, model, reasons or ["stop"], self.capture_content, ["".join(text)])
-        )
+
+class _ChatObserver:
+    """A ``chat`` span's view of an ``LLMDelta`` stream: TTFT event, usage, finish reason."""
+
+    __slots__ = ("capture", "finish", "model", "span", "start", "text", "usage")
+
+    def __init__(self, span: Span, model: str, capture: bool) -> None:
+        self.span = span
+        self.model = model
+        self.capture = capture
+        self.start: float | None = time.perf_counter()  # None once the first token is seen
+        self.text: list[str] = []
+        self.finish: str | None = None
+        self.usage: Any = None
+
+    def item(self, delta: LLMDelta) -> None:
+        if delta.text:
+            if self.start is not None:
+                ttft = time.perf_counter() - self.start
+                self.start = None
+                self.span.add_event(FIRST_TOKEN_EVENT, {"gen_ai.server.time_to_first_token": ttft})
+            if self.capture:
+                self.text.append(delta.text)
+        if delta.usage is not None:
+            self.usage = delta.usage
+        if delta.finish_reason is not None:
+            self.finish = delta.finish_reason
+
+    def ended(self) -> dict[str, Any]:
+        finish = self.finish or "stop"
+        ended: dict[str, Any] = {
+            "gen_ai.response.model": self.model,
+            "gen_ai.response.finish_reasons": [finish],
+        }
+        usage = self.usage
+        if usage is not None:
+            ended["gen_ai.usage.input_tokens"] = usage.prompt_tokens
+            ended["gen_ai.usage.output_tokens"] = usage.completion_tokens
+        if self.capture:
+            output = [
+                {
+                    "role": "assistant",
+                    "parts": [{"type": "text", "content": "".join(self.text)}],
+                    "finish_reason": finish,
+                }
+            ]
+            ended["gen_ai.output.messages"] = json.dumps(output)
+        return ended
+
+
+class _RawObserver:
+    """A raw streamed ``chat`` span's view of OpenAI-shaped chunks."""
+
+    __slots__ = ("capture", "last", "model", "reasons", "span", "start", "text")
+
+    def __init__(self, span: Span, model: str, capture: bool) -> None:
+        self.span = span
+        self.model = model
+        self.capture = capture
+        self.start: float | None = time.perf_counter()
+        self.reasons: list[str] = []
+        self.text: list[str] = []
+        self.last: dict[str, Any] = {}
+
+    def item(self, chunk: dict[str, Any]) -> None:
+        for choice in chunk.get("choices") or []:
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                if self.start is not None:
+                    ttft = time.perf_counter() - self.start
+                    self.start = None
+                    self.span.add_event(
+                        FIRST_TOKEN_EVENT, {"gen_ai.server.time_to_first_token": ttft}
+                    )
+                if self.capture:
+                    self.text.append(content)
+            if choice.get("finish_reason"):
+                self.reasons.append(choice["finish_reason"])
+        if chunk.get("usage") or chunk.get("id"):
+            last = self.last
+            self.last = {**last, **{k: chunk[k] for k in ("id", "model", "usage") if k in chunk}}
+
+    def ended(self) -> dict[str, Any]:
+        reasons = self.reasons or ["stop"]
+        return _raw_ended(self.last, self.model, reasons, self.capture, ["".join(self.text)])
 
 
 # The request parameters a raw chat span records (OpenAI's names -> attribute).

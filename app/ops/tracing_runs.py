@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import Link, Span, Tracer
 
-from app.ops.tracing_agents import CONVERSATION, current
+from app.ops.tracing_agents import CONVERSATION, current, record_failure
 
 STORE_OPERATIONS = ("lookup", "admit", "start", "read", "load_memory", "store_end")
 # The admission span of this task's submit: ``store.admit`` is its child.
@@ -62,15 +62,16 @@ def trace_runs(runs: Any, tracer: Tracer) -> None:
                     **({"traceparent": carrier["traceparent"]} if "traceparent" in carrier else {}),
                 }
             run, created = await submit(sub, lease, inline)
-            span.set_attribute("agentstation.run.id", run.id)
-            span.set_attribute("agentstation.run.created", created)
-            span.set_attribute("agentstation.run.status", str(run.status))
+            span.set_attributes(  # one call: each set alone takes the span's lock and a clean
+                {
+                    "agentstation.run.id": run.id,
+                    "agentstation.run.created": created,
+                    "agentstation.run.status": str(run.status),
+                }
+            )
             return run, created
         except BaseException as exc:
-            span.set_attribute("error.type", type(exc).__qualname__)
-            if isinstance(exc, Exception):
-                span.record_exception(exc)
-                span.set_status(trace.Status(trace.StatusCode.ERROR))
+            record_failure(span, exc)
             raise
         finally:
             _admission.reset(token)
@@ -131,8 +132,16 @@ def _traced(
     async def traced(*args: Any, **kwargs: Any) -> Any:
         admission = _admission.get() if name == "store.admit" else None
         parent = trace.set_span_in_context(admission) if admission is not None else None
-        with tracer.start_as_current_span(name, context=parent, attributes=attributes):
+        # Never made current: a statement has no child spans, and ``start_as_current_span``
+        # costs a context manager, an attach and a detach more per statement.
+        span = tracer.start_span(name, context=parent, attributes=attributes)
+        try:
             return await method(*args, **kwargs)
+        except BaseException as exc:
+            record_failure(span, exc)
+            raise
+        finally:
+            span.end()
 
     return traced
 
