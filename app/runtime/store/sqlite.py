@@ -139,7 +139,7 @@ class SqliteRunStore(RunStore):
         """One write transaction, its statements sent to ``sqlite3`` directly; rolled back if
         the block raises."""
         async with self.writes.hold(), raw.checked_out(self.engine) as fairy:
-            handle: sqlite3.Connection = fairy.driver_connection._connection  # type: ignore[union-attr]
+            handle: sqlite3.Connection = fairy.driver_connection._connection
             if raw.listeners:
                 raw.report("BEGIN IMMEDIATE")  # a transaction (tests count them)
             handle.execute("BEGIN IMMEDIATE")
@@ -155,7 +155,7 @@ class SqliteRunStore(RunStore):
         # through the ORM a lookup took ~1 ms of the loop, a few percent of every turn's CPU
         # as sessions' cached entries expire (``services/turns.py: _look_up``).
         async with raw.checked_out(self.engine) as fairy:
-            handle: sqlite3.Connection = fairy.driver_connection._connection  # type: ignore[union-attr]
+            handle: sqlite3.Connection = fairy.driver_connection._connection
             tx = _Tx(handle)
             found = tx.execute(LOOKUP, (tenant_id, session_id)).fetchone()
             if found is None:
