@@ -22,7 +22,7 @@ from agents import tracing
 from agents.aggregator import DefaultAggregator, SystemInstruction
 from agents.hooks import Hook, RemovableHandle, apply_hooks
 from agents.llms.base import AsyncBaseLLM
-from agents.memory import Memory, MemoryManager, MemorySpec, SessionId, load_message
+from agents.memory import IMMUTABLE, Memory, MemoryManager, MemorySpec, SessionId, load_message
 from agents.schema import AgentMessage, AgentStatusCode
 
 MessageInput = AgentMessage | str | list[AgentMessage | str]
@@ -395,25 +395,21 @@ class Agent(BaseAgent):
 
 
 def _to_messages(message: tuple[MessageInput, ...]) -> list[AgentMessage]:
-    """Inputs as copied messages; a string is a message from ``user``."""
+    """Inputs as copied messages (``_detached``: changes to a copy cannot reach the caller's
+    message); a string is a message from ``user``."""
     out: list[AgentMessage] = []
     for item in message:
         for m in item if isinstance(item, list) else [item]:
-            out.append(
-                AgentMessage(sender="user", content=m) if isinstance(m, str) else copy.deepcopy(m)
-            )
+            copied = AgentMessage(sender="user", content=m) if isinstance(m, str) else _detached(m)
+            out.append(copied)
     return out
-
-
-# Field values a shallow copy may share with the original: nothing in them can be changed.
-_IMMUTABLE = (str, int, float, bool, type(None))
 
 
 def _detached(message: AgentMessage) -> AgentMessage:
     """A copy of ``message`` that changes to it cannot reach (the caller's reply, apart from
     the one in memory): a shallow copy when every field is immutable (a plain text reply, its
     enums included), else a deep one."""
-    if all(isinstance(value, _IMMUTABLE) for value in message.__dict__.values()):
+    if all(isinstance(value, IMMUTABLE) for value in message.__dict__.values()):
         return message.model_copy()
     return copy.deepcopy(message)
 

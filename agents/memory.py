@@ -85,7 +85,9 @@ MemorySpec = Callable[[], Memory] | Memory | dict[str, Any]
 def load_message(data: dict[str, Any] | str | AgentMessage) -> AgentMessage:
     """An ``AgentMessage`` from a dump (``Memory.save``, a stored row), a message (copied) or a
     string (a message from ``user``); keys that are not message fields are ignored."""
-    if isinstance(data, AgentMessage):
+    if isinstance(data, AgentMessage):  # a copy changes to which cannot reach ``data``
+        if all(isinstance(value, IMMUTABLE) for value in data.__dict__.values()):
+            return data.model_copy()  # nothing in it can change: shared safely
         return data.model_copy(deep=True)
     if isinstance(data, str):
         return AgentMessage(sender="user", content=data)
@@ -104,6 +106,8 @@ def load_message(data: dict[str, Any] | str | AgentMessage) -> AgentMessage:
 
 
 _FIELDS = frozenset(AgentMessage.model_fields)
+# Field values a shallow copy of a message may share with the original: none can be changed.
+IMMUTABLE = (str, int, float, bool, type(None))
 
 
 def memory_factory(spec: MemorySpec) -> Callable[[], Memory]:

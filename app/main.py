@@ -27,6 +27,7 @@ from app.api import (
     sessions,
 )
 from app.api.error_handlers import install_error_handlers
+from app.api.fastpath import index_routes
 from app.db.engine import create_engine, create_sessionmaker
 from app.middleware import BodyLimitMiddleware
 from app.models.registry import ModelRegistry
@@ -223,6 +224,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     app.include_router(playground.router)  # the page at / (app/static)
     mount_a2a(app)
+    index_routes(app.router)  # only the routes a path can match are tried (app/api/fastpath.py)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(

@@ -293,3 +293,23 @@ async def test_the_reply_returned_is_apart_from_the_one_in_memory() -> None:
     reply.formatted["k"].append(4)
     stored = structured.memory.get_memory("s")[-1]  # type: ignore[union-attr]
     assert (stored.content, stored.formatted) == ({"items": [1]}, {"k": [2]})
+
+
+async def test_the_callers_message_is_apart_from_the_one_in_memory() -> None:
+    """A message passed in is copied into memory: changing the caller's message later (a plain
+    text one, copied shallowly, or one whose fields hold containers, copied deeply) never
+    changes the session's memory, and changes to memory never reach the caller's message."""
+    agent = AsyncAgent(ScriptedLLM(["a", "b"]))
+    plain = AgentMessage(sender="user", content="hi")
+    await agent(plain, session_id="s")
+    plain.content = "changed"
+    stored = agent.memory.get_memory("s")[0]  # type: ignore[union-attr]
+    assert stored is not plain and stored.content == "hi"
+    nested = AgentMessage(sender="user", content={"items": [1]}, formatted={"k": [2]})
+    await agent(nested, session_id="t")
+    nested.content["items"].append(3)
+    nested.formatted["k"].append(4)
+    stored = agent.memory.get_memory("t")[0]  # type: ignore[union-attr]
+    assert (stored.content, stored.formatted) == ({"items": [1]}, {"k": [2]})
+    stored.content["items"].append(5)
+    assert nested.content == {"items": [1, 3]}

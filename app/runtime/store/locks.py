@@ -54,25 +54,12 @@ class SessionLocks:
         self._admit: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._returning: set[asyncio.Task[None]] = set()  # see _let_go
 
-    @asynccontextmanager
-    async def _hold(
-        self, table: dict[str, tuple[asyncio.Lock, list[int]]], key: str
-    ) -> AsyncIterator[None]:
-        lock, users = table.setdefault(key, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                table.pop(key, None)
+    def _hold(self, table: dict[str, tuple[asyncio.Lock, list[int]]], key: str) -> _Held:
+        return _Held(table, key)
 
-    @asynccontextmanager
-    async def admission(self, key: str) -> AsyncIterator[None]:
+    def admission(self, key: str) -> _Held:
         """Held while checking whether a session is busy and creating a run (in this process)."""
-        async with self._hold(self._admit, key):
-            yield
+        return _Held(self._admit, key)
 
     @asynccontextmanager
     async def running(self, key: str, lease: TurnLease) -> AsyncIterator[TurnLease]:
@@ -238,19 +225,58 @@ class TurnLease:
                 raise
         return self.pg
 
-    @asynccontextmanager
-    async def using(self) -> AsyncIterator[Any]:
-        """Around statements on the lease's connection: one that fails or is cancelled (it
-        may still be in progress) marks the connection broken; an ``AppError`` raised in the
-        block after its statements answered (a refusal: 404, 409, ...) does not."""
-        pg = await self.connection()
+    def using(self) -> _Using:
+        """Around statements on the lease's connection (``async with lease.using() as pg``):
+        one that fails or is cancelled (it may still be in progress) marks the connection
+        broken; an ``AppError`` raised in the block after its statements answered (a refusal:
+        404, 409, ...) does not."""
+        return _Using(self)
+
+
+class _Held:
+    """``SessionLocks``' per-key FIFO lock held for a block; the entry goes when unused.
+    (A class rather than an ``asynccontextmanager``: two of these per turn, and a generator
+    each cost ~10 more Python calls.)"""
+
+    __slots__ = ("key", "lock", "table", "users")
+
+    def __init__(self, table: dict[str, tuple[asyncio.Lock, list[int]]], key: str) -> None:
+        self.table, self.key = table, key
+
+    async def __aenter__(self) -> None:
+        self.lock, self.users = self.table.setdefault(self.key, (asyncio.Lock(), [0]))
+        self.users[0] += 1
         try:
-            yield pg
-        except AppError:
-            raise
+            await self.lock.acquire()
         except BaseException:
-            self.broken = True
+            self._leave()
             raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        self.users[0] -= 1
+        if self.users[0] == 0:
+            self.table.pop(self.key, None)
+
+
+class _Using:
+    """``TurnLease.using()``: marks the lease's connection broken when its block fails,
+    unless with an ``AppError``."""
+
+    __slots__ = ("lease",)
+
+    def __init__(self, lease: TurnLease) -> None:
+        self.lease = lease
+
+    async def __aenter__(self) -> Any:
+        return await self.lease.connection()
+
+    async def __aexit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None and not issubclass(kind, AppError):
+            self.lease.broken = True
 
 
 async def _unlock(conn: AsyncConnection, key: str) -> None:

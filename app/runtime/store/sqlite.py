@@ -138,9 +138,8 @@ class SqliteRunStore(RunStore):
     async def _writing(self) -> AsyncIterator[_Tx]:
         """One write transaction, its statements sent to ``sqlite3`` directly; rolled back if
         the block raises."""
-        async with self.writes.hold(), self.engine.connect() as conn:
-            fairy = await conn.get_raw_connection()
-            handle: sqlite3.Connection = fairy.driver_connection._connection  # type: ignore[union-attr]
+        async with self.writes.hold(), raw.checked_out(self.engine) as fairy:
+            handle: sqlite3.Connection = fairy.driver_connection._connection
             if raw.listeners:
                 raw.report("BEGIN IMMEDIATE")  # a transaction (tests count them)
             handle.execute("BEGIN IMMEDIATE")
@@ -155,9 +154,8 @@ class SqliteRunStore(RunStore):
         # A plain read on the connection's sqlite3 handle (no transaction, no write gate):
         # through the ORM a lookup took ~1 ms of the loop, a few percent of every turn's CPU
         # as sessions' cached entries expire (``services/turns.py: _look_up``).
-        async with self.engine.connect() as conn:
-            fairy = await conn.get_raw_connection()
-            handle: sqlite3.Connection = fairy.driver_connection._connection  # type: ignore[union-attr]
+        async with raw.checked_out(self.engine) as fairy:
+            handle: sqlite3.Connection = fairy.driver_connection._connection
             tx = _Tx(handle)
             found = tx.execute(LOOKUP, (tenant_id, session_id)).fetchone()
             if found is None:
