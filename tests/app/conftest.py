@@ -16,13 +16,13 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.settings import Settings
+from tests.lifespan import LifespanManager
 
 PG_URL = os.environ.get("AGENTSTATION_TEST_DATABASE_URL")
 KEY_A, KEY_B = "key-tenant-a", "key-tenant-b"

@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import KEY_A, KEY_B, MODELS, make_session, parse_sse
+from tests.lifespan import LifespanManager
 
 
 def _call(expression: str) -> str:

@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -26,6 +25,7 @@ from app.services.auth import create_key
 from app.settings import Settings
 from app.state import AppState
 from tests.app.conftest import make_agent
+from tests.lifespan import LifespanManager
 
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "one two three"}]}
 

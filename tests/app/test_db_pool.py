@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-from asgi_lifespan import LifespanManager
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import create_engine
@@ -15,6 +14,7 @@ from app.errors import database_unavailable
 from app.main import create_app
 from app.runtime.store.locks import run_slots
 from app.settings import Settings
+from tests.lifespan import LifespanManager
 
 
 def _pool(engine: AsyncEngine) -> tuple[int, int] | None:

@@ -14,13 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app import cli
 from app.models.scripted import ScriptedModelLLM
 from app.settings import ModelConfig, Settings
 from tests.app.conftest import KEY_A, KEY_B, sandboxed_client
+from tests.lifespan import LifespanManager
 
 
 @pytest.fixture(autouse=True)

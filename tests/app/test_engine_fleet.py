@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 from aiohttp import web
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from agents.llms.upstreams import UpstreamPool
@@ -26,6 +25,7 @@ from app.db.migrate import upgrade
 from app.main import create_app
 from app.models.openai_backend import OpenAIHandle, create_openai_handle
 from tests.app.conftest import KEY_A, MODELS, make_agent, make_session, make_settings
+from tests.lifespan import LifespanManager
 
 
 @dataclass

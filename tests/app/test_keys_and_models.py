@@ -11,13 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app import cli
 from app.main import create_app
 from app.ops.budget_store import tenant_budget
 from app.settings import Settings
 from tests.app.conftest import make_agent
+from tests.lifespan import LifespanManager
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -12,7 +12,6 @@ import asyncpg
 import httpx
 import pytest
 import sqlalchemy as sa
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.db.base import utcnow
@@ -26,6 +25,7 @@ from tests.app.conftest import (
     migrated_pg_database,
     parse_sse,
 )
+from tests.lifespan import LifespanManager
 
 pytestmark = pytest.mark.postgres
 

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.main import create_app
 from tests.agents.mcp_server import serve_http
 from tests.app.conftest import KEY_A, MODELS, make_settings
+from tests.lifespan import LifespanManager
 
 CALLS = [
     '```json\n{"name": "mcp.add", "parameters": {"a": 40, "b": 2}}\n```\n',

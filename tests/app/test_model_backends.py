@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
 from app.engines.base import ModelHandle
@@ -22,6 +21,7 @@ from app.models import backends
 from app.models.raw import LLMRawBackend
 from app.settings import Settings
 from tests.app.conftest import KEY_A, MODELS, make_agent, make_session
+from tests.lifespan import LifespanManager
 
 POINT = EntryPoint("shout", f"{__name__}:create_shout_handle", backends.GROUP)
 

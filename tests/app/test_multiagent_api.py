@@ -10,12 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import MODELS, make_session, parse_sse
+from tests.lifespan import LifespanManager
 
 TEAM = [
     {"name": "teacher", "backend": "scripted", "replies": ["What is 2+3?", "Right. What is 10-4?"]},

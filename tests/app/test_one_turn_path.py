@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.main import create_app
@@ -22,6 +21,7 @@ from app.services import turns
 from app.settings import Settings
 from tests.app.conftest import KEY_A, make_agent, make_session
 from tests.app.test_turn_cost import TURN_COST, counting, engine_of, settle, turn
+from tests.lifespan import LifespanManager
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.main import create_app
 from tests.app.conftest import KEY_A, MODELS, make_agent, make_settings
+from tests.lifespan import LifespanManager
 
 CALL = {"name": "Calculator", "parameters": {"expression": "6*7"}}
 TOOL_REPLIES = [f"Let me compute.\n```json\n{json.dumps(CALL)}\n```\n", "The answer is 42."]

@@ -10,13 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.errors import database_unavailable
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import KEY_A, MODELS, make_agent, make_session
+from tests.lifespan import LifespanManager
 
 
 def _closed_port() -> int:

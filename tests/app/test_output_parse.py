@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import KEY_A, MODELS
+from tests.lifespan import LifespanManager
 
 
 @pytest.fixture

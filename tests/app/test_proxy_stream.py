@@ -11,7 +11,6 @@ import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.main import create_app
@@ -19,6 +18,7 @@ from app.models.encoded import ChunkEncoder, dumps
 from app.settings import Settings
 from tests.app.conftest import KEY_A, MODELS
 from tests.app.live import live_server
+from tests.lifespan import LifespanManager
 from tests.ops.test_gateway_ops import metric
 
 # Odd spacing, key order and a vendor field: a re-encoding gateway could not reproduce it.

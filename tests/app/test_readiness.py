@@ -14,7 +14,6 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from agents.sandbox import KernelPool, selftest
@@ -22,6 +21,7 @@ from agents.sandbox.config import Level
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import KEY_A, make_agent, make_session
+from tests.lifespan import LifespanManager
 
 
 async def test_a_loading_model_is_not_ready_and_its_requests_are_503(

@@ -6,13 +6,13 @@ import json
 from collections.abc import Callable
 
 import httpx
-from asgi_lifespan import LifespanManager
 
 from app.db.base import utcnow
 from app.db.models import SEQ_BLOCK, Run, RunEvent
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import KEY_A, make_agent, make_session, parse_sse
+from tests.lifespan import LifespanManager
 
 AUTH = {"Authorization": f"Bearer {KEY_A}"}
 

@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.main import create_app
@@ -19,6 +18,7 @@ from app.settings import Settings
 from tests.agents.mcp_server import serve_http
 from tests.app.conftest import MODELS
 from tests.app.test_responses import client_for, valid, valid_events
+from tests.lifespan import LifespanManager
 
 
 def _call(expression: str) -> str:

@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.db.migrate import upgrade
@@ -35,6 +34,7 @@ from tests.app.conftest import (
     make_settings,
 )
 from tests.app.test_responses import EVENTS, client_for, valid, valid_events
+from tests.lifespan import LifespanManager
 
 
 def _call(expression: str) -> str:

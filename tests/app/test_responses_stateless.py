@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from agents.chat_agent import reply_message
@@ -27,6 +26,7 @@ from app.services.responses_read import base_of
 from app.settings import Settings
 from tests.app.test_responses import valid, valid_events
 from tests.app.test_responses_tools import TOOL_MODELS, WEATHER
+from tests.lifespan import LifespanManager
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import httpx
 import openai
 import pytest
 import sqlalchemy as sa
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.db.models import Session
@@ -20,6 +19,7 @@ from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import MODELS
 from tests.app.test_responses import client_for, valid, valid_events
+from tests.lifespan import LifespanManager
 
 WEATHER = {
     "type": "function",

@@ -8,12 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.cli import _create_key
 from app.main import create_app
 from app.middleware import BodyLimitMiddleware
 from app.settings import Settings
+from tests.lifespan import LifespanManager
 
 
 async def test_healthz_and_readyz_need_no_key(client: httpx.AsyncClient) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from agents.agent import AsyncAgent, BaseAgent
@@ -28,6 +27,7 @@ from app.services.agent_directory import AgentInfo
 from app.settings import Settings
 from app.state import AppState
 from tests.app.conftest import MODELS, make_agent
+from tests.lifespan import LifespanManager
 
 # Echoes the last user message word by word with a pause between words, so concurrent
 # requests interleave inside the one shared agent.

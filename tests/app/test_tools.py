@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import KEY_A, MODELS, parse_sse
+from tests.lifespan import LifespanManager
 
 CALL = '```json\n{"name": "Calculator", "parameters": {"expression": "6*7"}}\n```\n'
 

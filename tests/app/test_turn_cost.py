@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,6 +28,7 @@ from tests.app.conftest import (
     make_session,
     parse_sse,
 )
+from tests.lifespan import LifespanManager
 
 # A turn of an idle session, answered as JSON: (statements, explicit transactions). Before the
 # fixes: 18 statements in 8 (SQLite) or 9 (PostgreSQL) transactions; then 7 in 3 (SQLite) and

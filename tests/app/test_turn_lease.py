@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -37,6 +36,7 @@ from tests.app.conftest import (
     migrated_pg_database,
 )
 from tests.app.test_run_hold import _free
+from tests.lifespan import LifespanManager
 
 pytestmark = pytest.mark.postgres
 

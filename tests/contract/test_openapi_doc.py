@@ -14,13 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.openapi import EXTRA, error_codes
 from app.runtime.builders import default_registry
 from tests.app.conftest import KEY_A, make_settings
+from tests.lifespan import LifespanManager
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.cli import main as cli_main
 from app.db.migrate import upgrade
 from app.main import create_app
 from tests.app.conftest import KEY_A, MODELS, make_agent, make_session, make_settings
+from tests.lifespan import LifespanManager
 
 CALL = '```json\n{"name": "Calculator", "parameters": {"expression": "6 * 7"}}\n```\n'
 TOOL_MODELS = [*MODELS, {"name": "caller", "backend": "scripted", "replies": [CALL, "It is 42."]}]

@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
@@ -39,6 +38,7 @@ from tests.app.conftest import (
     make_settings,
     migrated_pg_database,
 )
+from tests.lifespan import LifespanManager
 
 
 class FrozenClock:

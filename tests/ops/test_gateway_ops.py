@@ -12,13 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.db.migrate import upgrade
 from app.main import create_app
 from tests.app.conftest import KEY_A, KEY_B, make_agent, make_session, make_settings
+from tests.lifespan import LifespanManager
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -34,6 +33,7 @@ from tests.agents.mcp_server import serve_http
 from tests.agents.test_llms_openai import MockOpenAI, server  # noqa: F401 (the fixture)
 from tests.agents.test_mcp import PLUGIN
 from tests.app.conftest import KEY_A, MODELS, make_settings, parse_sse
+from tests.lifespan import LifespanManager
 
 CALLER = [
     '```json\n{"name": "critic", "parameters": {"message": "Is 2+2=4?"}}\n```\n',

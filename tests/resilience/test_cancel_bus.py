@@ -9,13 +9,13 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.db.engine import create_engine
 from app.main import create_app
 from app.runtime.notify import CancelBus
 from tests.app.conftest import KEY_A, make_agent, make_session, make_settings
+from tests.lifespan import LifespanManager
 from tests.resilience.procs import PrivatePostgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]

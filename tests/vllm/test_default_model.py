@@ -16,13 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from agents.llms.vllm_engine import VllmEngine, sampling_params
 from app.cli import build_app
 from app.default_model import MODEL_NAME, model_config
 from app.engines.vllm import VllmHandle, create_handle
 from app.settings import Settings
+from tests.lifespan import LifespanManager
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
