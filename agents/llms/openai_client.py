@@ -29,6 +29,7 @@ from agents.tracing import outgoing_headers
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _Loop = asyncio.AbstractEventLoop
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+KEEPALIVE_S = 4.0  # below uvicorn's (and vLLM's server's) 5 s keep-alive
 
 
 class APIError(RuntimeError):
@@ -91,7 +92,12 @@ class OpenAIClient:
             return last[1]
         session = self._sessions.get(loop)
         if session is None or session.closed:
-            connector = aiohttp.TCPConnector(limit=self.max_connections)
+            # Idle connections are dropped after 4 s, before the usual server closes them
+            # (uvicorn's default, so vLLM's server: 5 s): reusing one the server is closing at
+            # that moment is a "connection reset" that took a healthy upstream out of a fleet.
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections, keepalive_timeout=KEEPALIVE_S
+            )
             # No cookie jar: one client serves every tenant, and an upstream's cookie must not
             # ride along on someone else's next request (nor cost a jar lookup per request).
             jar = aiohttp.DummyCookieJar()
