@@ -148,14 +148,31 @@ def _upstreams(config: dict[str, Any]) -> list[str] | None:
     routing = config.get("routing", "session")
     if routing not in ROUTINGS:
         raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, not {routing!r}")
+    for field, least in _POOL_FIELDS.items():
+        value = config.get(field)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or value < least
+        ):
+            raise ValueError(f"{field} must be a number of at least {least}, not {value!r}")
     return [str(u).rstrip("/") for u in urls]
+
+
+# A fleet's optional numbers (docs/engine.md) and their least values.
+_POOL_FIELDS = {
+    "upstream_backoff_s": 0,
+    "upstream_max_backoff_s": 0,
+    "routing_load_factor": 1,
+    "routing_max_sessions": 1,
+    "routing_session_idle_s": 0,
+}
 
 
 def create_openai_handle(config: dict[str, Any]) -> ModelHandle:
     """A handle from ``name``, ``base_url``, ``model``, ``api_key_env`` (+ optional ones below)."""
     # Optional: timeout_s (600), max_connections (raw API; 0 = unlimited), gen_params (agent LLM);
     # upstreams (several base URLs instead of base_url), routing (session | least_loaded |
-    # round_robin), upstream_backoff_s (1), upstream_max_backoff_s (30): docs/engine.md.
+    # round_robin), upstream_backoff_s (1), upstream_max_backoff_s (30), routing_load_factor
+    # (1.125), routing_max_sessions (100000), routing_session_idle_s (1800): docs/engine.md.
     from agents.llms.fleet import FleetGPTAPI
     from agents.llms.openai_compat import AsyncGPTAPI  # written by the llms teammate
 
@@ -174,7 +191,15 @@ def create_openai_handle(config: dict[str, Any]) -> ModelHandle:
     routing = str(config.get("routing", "session"))
     backoff = float(config.get("upstream_backoff_s", 1.0))
     max_backoff = float(config.get("upstream_max_backoff_s", 30.0))
-    pool = UpstreamPool(urls, routing, backoff, max_backoff)  # one view of health for both
+    pool = UpstreamPool(  # one view of health for both
+        urls,
+        routing,
+        backoff,
+        max_backoff,
+        load_factor=float(config.get("routing_load_factor", 1.125)),
+        max_sessions=int(config.get("routing_max_sessions", 100_000)),
+        session_idle_s=float(config.get("routing_session_idle_s", 1800.0)),
+    )
     fleet_llm = FleetGPTAPI(model, urls, pool=pool, key=key or "EMPTY", **gen_params)
     backends: dict[str, ClosableRaw] = {
         u: OpenAIRawBackend(u, model, key, timeout, connections) for u in urls

@@ -277,3 +277,22 @@ def test_a_bad_upstreams_entry_is_refused() -> None:
         create_openai_handle({"name": "m", "upstreams": []})
     with pytest.raises(ValueError, match="routing"):
         create_openai_handle({"name": "m", "upstreams": ["http://a/v1"], "routing": "random"})
+
+
+def test_a_fleets_routing_numbers_come_from_its_entry() -> None:
+    entry = {
+        "name": "fleet",
+        "backend": "openai",
+        "upstreams": ["http://e0:8000/v1", "http://e1:8000/v1"],
+        "routing_load_factor": 1.5,
+        "routing_max_sessions": 10,
+        "routing_session_idle_s": 60,
+    }
+    handle = create_openai_handle(entry)
+    assert isinstance(handle, OpenAIHandle) and handle.pool is not None
+    assert (handle.pool.load_factor, handle.pool.max_sessions) == (1.5, 10)
+    assert handle.pool.session_idle_s == 60
+    with pytest.raises(ValueError, match="routing_load_factor must be a number of at least 1"):
+        create_openai_handle({**entry, "routing_load_factor": 0.5})
+    with pytest.raises(ValueError, match="routing_max_sessions"):
+        create_openai_handle({**entry, "routing_max_sessions": "many"})
