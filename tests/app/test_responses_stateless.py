@@ -19,6 +19,7 @@ from agents.chat_agent import reply_message
 from agents.schema import AgentStatusCode
 from app.main import create_app
 from app.models.encoded import dumps
+from app.ops.budget_store import set_tenant_budget, tenant_budget
 from app.runtime.messages import dump_message
 from app.schemas.responses import ResponseCreate
 from app.services.responses import response_meta
@@ -167,3 +168,40 @@ def test_a_text_answer_is_encoded_as_its_response_would_be(text: str, finish: st
         assert plain_body(req, rid, 17, answer, finished) == dumps(
             body_of(req, rid, 17, answer, finished)
         )
+
+
+async def _used(app: FastAPI) -> int:
+    state = app.state.agentstation
+    async with state.sessionmaker() as db:
+        return (await tenant_budget(db, "a"))[1]
+
+
+async def test_a_stateless_answer_is_charged_to_the_tenant_and_refused_past_its_budget(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """Whole or streamed, the tenant pays the answer's tokens: batched without a budget,
+    at once with one; a spent budget is a 429 before the model runs."""
+    state = app.state.agentstation
+    body = {"model": "echo", "input": "one two three", "store": False}
+    stream = {**body, "stream": True}
+    await state.tenant_usage.flush()
+    before = await _used(app)
+    whole = (await client.post("/v1/responses", json=body)).json()
+    streamed = valid_events((await client.post("/v1/responses", json=stream)).text)
+    spent = whole["usage"]["total_tokens"] + streamed[-1]["response"]["usage"]["total_tokens"]
+    assert spent > 0
+    await state.tenant_usage.flush()
+    assert await _used(app) == before + spent
+    async with state.sessionmaker() as db, db.begin():
+        await set_tenant_budget(db, "a", 1_000_000)
+    whole = (await client.post("/v1/responses", json=body)).json()
+    streamed = valid_events((await client.post("/v1/responses", json=stream)).text)
+    more = whole["usage"]["total_tokens"] + streamed[-1]["response"]["usage"]["total_tokens"]
+    assert state.tenant_usage.pending.get("a", 0) == 0
+    assert await _used(app) == before + spent + more
+    async with state.sessionmaker() as db, db.begin():
+        await set_tenant_budget(db, "a", before + spent + more)
+    for request in (body, stream):
+        refused = await client.post("/v1/responses", json=request)
+        assert refused.status_code == 429, refused.text
+    assert await _used(app) == before + spent + more
