@@ -226,15 +226,17 @@ _MESSAGE = (
 _CUT = b'{"reason":"max_output_tokens"}'
 _FIXED: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
 _FIXED_MAX = 256
+_FIXED_INSTRUCTIONS = 2048  # longer instructions are encoded each time (the kept stay small)
 
 
 def _fixed(req: ResponseCreate) -> tuple[bytes, bytes]:
     """The request's model and its fields ``instructions`` to ``truncation``, encoded (kept
     for requests whose fields are all plain values, the same kind of request next time)."""
     choice, temperature, top_p = req.tool_choice, req.temperature, req.top_p
-    limit = req.max_output_tokens
+    limit, instructions = req.max_output_tokens, req.instructions
     plain = not (
-        req.tools
+        (instructions is not None and len(instructions) > _FIXED_INSTRUCTIONS)
+        or req.tools
         or req.text is not None
         or req.metadata
         or isinstance(choice, dict)
@@ -242,7 +244,7 @@ def _fixed(req: ResponseCreate) -> tuple[bytes, bytes]:
         or req.previous_response_id is not None
     )
     # (types too: 1 and 1.0 are one key but not one encoding)
-    key = (req.model, req.instructions, choice, req.parallel_tool_calls, type(temperature),
+    key = (req.model, instructions, choice, req.parallel_tool_calls, type(temperature),
            temperature, type(top_p), top_p, type(limit), limit, req.background,
            req.prompt_cache_key, req.user)  # fmt: skip
     if plain and (found := _FIXED.get(key)) is not None:

@@ -146,6 +146,7 @@ PLAIN_REQUESTS = [
      "prompt_cache_key": "k", "tool_choice": "none", "parallel_tool_calls": False},
     {"model": "echo", "input": "hi", "store": False, "temperature": 1.0},
     {"model": "echo", "input": "hi", "store": False, "previous_response_id": ""},
+    {"model": "echo", "input": "hi", "store": False, "instructions": "long " * 1000},
     {"model": "echo", "input": "hi", "store": False, "metadata": {"k": "v"},
      "text": {"format": {"type": "json_object"}}, "tools": [WEATHER, {"type": "web_search"}]},
 ]  # fmt: skip
