@@ -133,8 +133,8 @@ async def create_response(request: Request) -> Response:
         if req.stream:
             frames = stateless.stream_frames(state, who.tenant_id, handle, req, inp, rid, budget)
             return _frame_stream(frames)
-        body = await stateless.whole_response(state, who.tenant_id, handle, req, inp, rid, budget)
-        return _json(body, None)
+        raw = await stateless.whole_response(state, who.tenant_id, handle, req, inp, rid, budget)
+        return Response(raw, media_type="application/json")  # encoded once, no session
     agent = await planning.agent_for(state, who, req.model)
     planned = await planning.plan(state, who, req, agent, route_header)
     try:

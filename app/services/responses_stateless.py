@@ -28,7 +28,8 @@ from app.errors import public_error
 from app.models.encoded import dumps
 from app.ops.budget import RunBudget, budget_scope
 from app.schemas.responses import ResponseCreate
-from app.services.responses import model_params, response_meta, sampling
+from app.services.responses import _function_tool as function_tool
+from app.services.responses import model_params, sampling
 from app.services.responses_events import (
     call_arguments,
     end_response,
@@ -37,7 +38,6 @@ from app.services.responses_events import (
     text_part,
 )
 from app.services.responses_input import Input
-from app.services.responses_read import base_of
 from app.state import AppState
 
 Budget = tuple[int | None, int]  # the tenant's limit (None: none) and what it used
@@ -74,9 +74,46 @@ class Answer:
         return {"status": status, "stop_reason": stop, "usage": usage}
 
 
-def new_response(req: ResponseCreate, response_id: str) -> dict[str, Any]:
-    """The Response before the model runs (in progress)."""
-    return base_of(response_id, int(time.time()), response_meta(req, None, None), req.model)
+def new_response(
+    req: ResponseCreate, response_id: str, created: int | None = None
+) -> dict[str, Any]:
+    """The Response before the model runs (in progress): ``base_of(response_meta(req))`` of a
+    raw model with no session, built directly (tests/app/test_responses_stateless.py)."""
+    at = int(time.time()) if created is None else created
+    response = {"id": response_id, "object": "response", "created_at": at,
+                "status": "in_progress", "model": req.model, "output": []}  # fmt: skip
+    response.update(_request_fields(req))
+    response["error"] = response["incomplete_details"] = response["usage"] = None
+    return response
+
+
+def _request_fields(req: ResponseCreate) -> dict[str, Any]:
+    """What the Response repeats of its request (``instructions`` to ``truncation``)."""
+    tools = req.tools
+    text = req.text
+    if text is None:
+        fmt: dict[str, Any] = {"format": {"type": "text"}}
+    else:
+        fmt = text.model_dump(by_alias=True, exclude_none=True)
+        fmt.setdefault("format", {"type": "text"})
+    conversation = req.conversation_id()
+    return {
+        "instructions": req.instructions,
+        "tools": [function_tool(t) for t in tools if t.get("type") == "function"] if tools else [],
+        "tool_choice": req.tool_choice or "auto",
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "max_output_tokens": req.max_output_tokens,
+        "previous_response_id": req.previous_response_id,
+        "conversation": {"id": conversation} if conversation else None,
+        "metadata": req.metadata or {},
+        "text": fmt,
+        "background": req.background,
+        "prompt_cache_key": req.prompt_cache_key,
+        "user": req.user,
+        "truncation": "disabled",
+    }
 
 
 def call_params(req: ResponseCreate) -> dict[str, Any]:
@@ -144,13 +181,24 @@ async def whole_response(
     inp: Input,
     response_id: str,
     budget: Budget,
-) -> dict[str, Any]:
-    """The Response, built once from the reply (no events)."""
+) -> bytes:
+    """The Response, encoded once from the reply (no events)."""
     params = call_params(req)
-    response = new_response(req, response_id)
+    created = int(time.time())
     answer = Answer()
     async for _ in generate(state, tenant_id, handle, req, inp, budget, answer, params):
         pass
+    finished = time.time()
+    if answer.error is None and not answer.calls:
+        return plain_body(req, response_id, created, answer, finished)
+    return dumps(body_of(req, response_id, created, answer, finished))
+
+
+def body_of(
+    req: ResponseCreate, response_id: str, created: int, answer: Answer, finished: float
+) -> dict[str, Any]:
+    """The whole Response of ``answer`` (what ``plain_body`` encodes, for any answer)."""
+    response = new_response(req, response_id, created)
     suffix, output = response_id.removeprefix("resp_"), response["output"]
     if answer.text:
         status = "completed" if answer.error is None else "incomplete"
@@ -159,8 +207,78 @@ async def whole_response(
         item = function_call_item(f"fc_{suffix}_{len(output)}", call, call_arguments(call))
         item["status"] = "completed"
         output.append(item)
-    end_response(response, answer.run(), answer.error, time.time())
+    end_response(response, answer.run(), answer.error, finished)
     return response
+
+
+# A text answer's Response, encoded as ``dumps(body_of(...))`` writes it: its fields the
+# request repeats are encoded once per kind of request (``_fixed``), the rest spliced in.
+_BODY = (
+    b'{"id":"%s","object":"response","created_at":%d,"status":"%s","model":%s,"output":[%s],'
+    b'%s,"error":null,"incomplete_details":%s,"usage":{"input_tokens":%d,'
+    b'"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":%d,'
+    b'"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d},"completed_at":%s}'
+)
+_MESSAGE = (
+    b'{"id":"msg_%s_0","type":"message","role":"assistant","status":"completed","content":'
+    b'[{"type":"output_text","text":%s,"annotations":[],"logprobs":[]}]}'
+)
+_CUT = b'{"reason":"max_output_tokens"}'
+_FIXED: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
+_FIXED_MAX = 256
+_FIXED_INSTRUCTIONS = 2048  # longer instructions are encoded each time (the kept stay small)
+
+
+def _fixed(req: ResponseCreate) -> tuple[bytes, bytes]:
+    """The request's model and its fields ``instructions`` to ``truncation``, encoded (kept
+    for requests whose fields are all plain values, the same kind of request next time)."""
+    choice, temperature, top_p = req.tool_choice, req.temperature, req.top_p
+    limit, instructions = req.max_output_tokens, req.instructions
+    plain = not (
+        (instructions is not None and len(instructions) > _FIXED_INSTRUCTIONS)
+        or req.tools
+        or req.text is not None
+        or req.metadata
+        or isinstance(choice, dict)
+        or req.conversation is not None
+        or req.previous_response_id is not None
+    )
+    # (types too: 1 and 1.0 are one key but not one encoding)
+    key = (req.model, instructions, choice, req.parallel_tool_calls, type(temperature),
+           temperature, type(top_p), top_p, type(limit), limit, req.background,
+           req.prompt_cache_key, req.user)  # fmt: skip
+    if plain and (found := _FIXED.get(key)) is not None:
+        return found
+    encoded = escape(req.model).encode(), dumps(_request_fields(req))[1:-1]
+    if plain:
+        if len(_FIXED) >= _FIXED_MAX:
+            _FIXED.clear()
+        _FIXED[key] = encoded
+    return encoded
+
+
+def plain_body(
+    req: ResponseCreate, response_id: str, created: int, answer: Answer, finished: float
+) -> bytes:
+    """``dumps(body_of(...))`` of an answer without calls or error, spliced from templates."""
+    model, fields = _fixed(req)
+    suffix = response_id.removeprefix("resp_").encode()
+    text = _MESSAGE % (suffix, escape(answer.text).encode()) if answer.text else b""
+    cut = answer.finish == "length"
+    prompt, completion = answer.prompt_tokens, answer.completion_tokens
+    return _BODY % (
+        response_id.encode(),
+        created,
+        b"incomplete" if cut else b"completed",
+        model,
+        text,
+        fields,
+        _CUT if cut else b"null",
+        prompt,
+        completion,
+        prompt + completion,
+        float.__repr__(finished).encode(),
+    )
 
 
 def _event(type_: bytes, seq: int, rest: bytes) -> bytes:

@@ -18,11 +18,14 @@ from fastapi import FastAPI
 from agents.chat_agent import reply_message
 from agents.schema import AgentStatusCode
 from app.main import create_app
+from app.models.encoded import dumps
+from app.ops.budget_store import set_tenant_budget, tenant_budget
 from app.runtime.messages import dump_message
 from app.schemas.responses import ResponseCreate
 from app.services.responses import response_meta
 from app.services.responses_events import ResponseStream
 from app.services.responses_read import base_of
+from app.services.responses_stateless import Answer, body_of, new_response, plain_body
 from app.settings import Settings
 from tests.app.test_responses import valid, valid_events
 from tests.app.test_responses_tools import TOOL_MODELS, WEATHER
@@ -134,3 +137,72 @@ async def test_a_tool_that_cannot_be_honoured_is_a_400_naming_it_streamed_or_not
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+PLAIN_REQUESTS = [
+    {"model": "echo", "input": "hi", "store": False},
+    {"model": "echo", "input": "hi", "store": False, "instructions": "Be \"brief\" é\n",
+     "temperature": 1, "top_p": 0.5, "max_output_tokens": 7, "user": "u",
+     "prompt_cache_key": "k", "tool_choice": "none", "parallel_tool_calls": False},
+    {"model": "echo", "input": "hi", "store": False, "temperature": 1.0},
+    {"model": "echo", "input": "hi", "store": False, "previous_response_id": ""},
+    {"model": "echo", "input": "hi", "store": False, "instructions": "long " * 1000},
+    {"model": "echo", "input": "hi", "store": False, "metadata": {"k": "v"},
+     "text": {"format": {"type": "json_object"}}, "tools": [WEATHER, {"type": "web_search"}]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ["", "one two", 'a "quoted" \\ é ☃ \n line'])
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_a_text_answer_is_encoded_as_its_response_would_be(text: str, finish: str) -> None:
+    """The whole answer's bytes spliced from templates (each kind of request's fields encoded
+    once) are ``dumps`` of the Response built field by field, and that Response is the one
+    ``base_of(response_meta(...))`` starts a stored response with; twice, to read the kept
+    encoding back."""
+    for body in PLAIN_REQUESTS * 2:
+        req = ResponseCreate.model_validate(body)
+        rid = "resp_0123456789abcdef0123456789abcdef"
+        assert new_response(req, rid, 17) == base_of(rid, 17, response_meta(req, None, None),
+                                                     req.model)  # fmt: skip
+        answer = Answer(text=text, finish=finish, prompt_tokens=3, completion_tokens=5)
+        finished = 1795926731.7328777
+        assert plain_body(req, rid, 17, answer, finished) == dumps(
+            body_of(req, rid, 17, answer, finished)
+        )
+
+
+async def _used(app: FastAPI) -> int:
+    state = app.state.agentstation
+    async with state.sessionmaker() as db:
+        return (await tenant_budget(db, "a"))[1]
+
+
+async def test_a_stateless_answer_is_charged_to_the_tenant_and_refused_past_its_budget(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """Whole or streamed, the tenant pays the answer's tokens: batched without a budget,
+    at once with one; a spent budget is a 429 before the model runs."""
+    state = app.state.agentstation
+    body = {"model": "echo", "input": "one two three", "store": False}
+    stream = {**body, "stream": True}
+    await state.tenant_usage.flush()
+    before = await _used(app)
+    whole = (await client.post("/v1/responses", json=body)).json()
+    streamed = valid_events((await client.post("/v1/responses", json=stream)).text)
+    spent = whole["usage"]["total_tokens"] + streamed[-1]["response"]["usage"]["total_tokens"]
+    assert spent > 0
+    await state.tenant_usage.flush()
+    assert await _used(app) == before + spent
+    async with state.sessionmaker() as db, db.begin():
+        await set_tenant_budget(db, "a", 1_000_000)
+    whole = (await client.post("/v1/responses", json=body)).json()
+    streamed = valid_events((await client.post("/v1/responses", json=stream)).text)
+    more = whole["usage"]["total_tokens"] + streamed[-1]["response"]["usage"]["total_tokens"]
+    assert state.tenant_usage.pending.get("a", 0) == 0
+    assert await _used(app) == before + spent + more
+    async with state.sessionmaker() as db, db.begin():
+        await set_tenant_budget(db, "a", before + spent + more)
+    for request in (body, stream):
+        refused = await client.post("/v1/responses", json=request)
+        assert refused.status_code == 429, refused.text
+    assert await _used(app) == before + spent + more
