@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,8 +30,28 @@ def demo_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_demo_model(tmp_path_factory.mktemp("demo-model"))
 
 
+def engine_core_pids() -> set[int]:
+    """vLLM's engine-core child processes of this test process (comm is cut at 15 chars)."""
+    me, pids = str(os.getpid()), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[1] == me and "EngineCor" in (stat.parent / "comm").read_text():
+                pids.add(int(stat.parent.name))
+    return pids
+
+
 @pytest.fixture(scope="session")
-async def vllm_handle(demo_model_path: Path) -> AsyncIterator[VllmHandle]:
+def vllm_cores() -> dict[str, set[int]]:
+    """The engine-core processes each session-wide handle started (by model name): another
+    test's engine may be exiting beside them, so counting children does not find them."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+async def vllm_handle(
+    demo_model_path: Path, vllm_cores: dict[str, set[int]]
+) -> AsyncIterator[VllmHandle]:
     """A started ``vllm`` model handle (agent LLM + raw chat API) on the demo model."""
     handle = create_handle(
         {
@@ -42,7 +64,9 @@ async def vllm_handle(demo_model_path: Path) -> AsyncIterator[VllmHandle]:
         }
     )
     assert isinstance(handle, VllmHandle)
+    before = engine_core_pids()
     await handle.start()
+    vllm_cores["demo"] = engine_core_pids() - before
     yield handle
     await handle.close()
 

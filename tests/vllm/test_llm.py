@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +13,7 @@ from agents.llms.base import usage_scope
 from agents.llms.vllm import AsyncVllmModel, VllmEngineError, get_engine
 from app.engines.base import EngineError
 from app.engines.vllm import VllmHandle
+from tests.vllm.conftest import engine_core_pids
 
 pytestmark = pytest.mark.vllm
 
@@ -134,29 +133,14 @@ async def test_a_model_that_cannot_load_fails_with_the_reason(tmp_path: object) 
         await AsyncVllmModel(engine.path, engine_args={"dtype": "bfloat16"}).chat(HELLO)
 
 
-def _engine_core_pids() -> list[int]:
-    """vLLM's engine-core child processes of this test process (comm is cut at 15 chars)."""
-    me, pids = str(os.getpid()), []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if fields[1] == me and "EngineCor" in (stat.parent / "comm").read_text():
-                pids.append(int(stat.parent.name))
-    return pids
-
-
-async def test_a_dead_engine_fails_requests_then_comes_back(vllm_handle: VllmHandle) -> None:
+async def test_a_dead_engine_fails_requests_then_comes_back(
+    vllm_handle: VllmHandle, vllm_cores: dict[str, set[int]]
+) -> None:
     llm = vllm_handle.llm
     before = await llm.chat(HELLO)
-    # Another test's engine (tests/vllm/test_engine_warm.py) may still be exiting: wait for
-    # its core to go; a core that stays is a leak, and the unpacking below fails on it.
-    pids = _engine_core_pids()
-    for _ in range(150):
-        if len(pids) == 1:
-            break
-        await asyncio.sleep(0.1)
-        pids = _engine_core_pids()
-    (pid,) = pids
+    # The handle's own core (another test's engine may still be exiting beside it).
+    (pid,) = vllm_cores["demo"]
+    assert pid in engine_core_pids()
     os.kill(pid, signal.SIGKILL)
     for _ in range(200):
         if not vllm_handle.ready:
