@@ -25,10 +25,8 @@ import http.client
 import json
 import logging
 import pstats
-import re
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +38,7 @@ from asgi_lifespan import LifespanManager
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.settings import Settings
+from bench.callgrind import control, dumped
 
 KEY = "bench-key"
 CHAT = {"model": "scripted", "messages": [{"role": "user", "content": "hello world"}]}
@@ -86,18 +85,6 @@ async def measure(requests: int, warm: int = 50) -> dict[str, float]:
         return out
 
 
-def _callgrind(pid: int, *args: str) -> None:
-    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
-
-
-def _dumped(out: Path, pid: int) -> int:
-    """Instructions of the newest callgrind dump (``callgrind_control -d``)."""
-    newest = max(out.glob(f"cg.{pid}.*"), key=lambda p: int(p.suffix[1:]))
-    found = re.search(r"^summary: (\d+)$", newest.read_text(errors="replace"), re.M)
-    assert found is not None, newest
-    return int(found.group(1))
-
-
 def instructions(requests: int, rounds: int, names: list[str]) -> dict[str, float]:
     """Instructions per request of each target in the gateway process (callgrind)."""
     from bench.common import gateway_server
@@ -128,20 +115,20 @@ def instructions(requests: int, rounds: int, names: list[str]) -> dict[str, floa
 
         for name in names:
             send(name, 20)  # warm
-        _callgrind(pid, "-i", "on")
+        control(pid, "-i", "on")
         for _ in range(rounds):
             for name in names:
-                _callgrind(pid, "-z")
+                control(pid, "-z")
                 start = time.monotonic()
                 send(name, requests)
                 walls[name].append(time.monotonic() - start)
-                _callgrind(pid, "-d")
-                counts[name].append(_dumped(out, pid))
+                control(pid, "-d")
+                counts[name].append(dumped(out, pid))
         idle_s = max(w for ws in walls.values() for w in ws)
-        _callgrind(pid, "-z")
+        control(pid, "-z")
         time.sleep(idle_s)
-        _callgrind(pid, "-d")
-        idle_rate = _dumped(out, pid) / idle_s
+        control(pid, "-d")
+        idle_rate = dumped(out, pid) / idle_s
     shutil.rmtree(out, ignore_errors=True)
     return {
         name: statistics.median(

@@ -28,7 +28,6 @@ import contextlib
 import gc
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -38,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.callgrind import control, dumped
 from bench.common import BENCH_DIR, ROOT, uvicorn_server
 
 PATHS = ("chat", "agent", "session")
@@ -208,21 +208,17 @@ class Child:
     def instructions(self, path: str, n: int) -> tuple[int, float]:
         """Instructions of ``n`` requests of ``path`` (callgrind, zeroed before, dumped after)
         and the window's wall time."""
-        _control(self.pid, "-z")
+        control(self.pid, "-z")
         start = time.monotonic()
         self.send(path, n)
         wall = time.monotonic() - start
-        _control(self.pid, "-d")
+        control(self.pid, "-d")
         return self.dumped(), wall
 
     def dumped(self) -> int:
         """Instructions of the newest dump."""
         assert self.callgrind is not None
-        newest = max(self.callgrind.glob(f"cg.{self.pid}.*"), key=lambda p: int(p.suffix[1:]))
-        text = newest.read_text(errors="replace")
-        found = re.search(r"^summary: (\d+)$", text, re.M)
-        assert found is not None, newest
-        return int(found.group(1))
+        return dumped(self.callgrind, self.pid)
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -233,10 +229,6 @@ class Child:
             self.proc.kill()
         if self.callgrind is not None:
             shutil.rmtree(self.callgrind, ignore_errors=True)
-
-
-def _control(pid: int, *args: str) -> None:
-    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -254,7 +246,7 @@ def run(args: argparse.Namespace) -> None:
             child.ready()
         if args.instructions:
             for child in children:
-                _control(child.pid, "-i", "on")
+                control(child.pid, "-i", "on")
         figures: Figures = {c.label: {p: [] for p in PATHS} for c in children}
         gcs: Figures = {c.label: {p: [] for p in PATHS} for c in children}
         walls: Figures = {c.label: {p: [] for p in PATHS} for c in children}
@@ -278,10 +270,10 @@ def run(args: argparse.Namespace) -> None:
             # subtracted from each window by its wall time (as bench/responses_calls.py).
             idle_s = min(60.0, max(w for c in walls.values() for ws in c.values() for w in ws))
             for child in children:  # all idle at once
-                _control(child.pid, "-z")
+                control(child.pid, "-z")
             time.sleep(idle_s)
             for child in children:
-                _control(child.pid, "-d")
+                control(child.pid, "-d")
                 rate = child.dumped() / idle_s
                 for path in PATHS:
                     counts, times = figures[child.label][path], walls[child.label][path]

@@ -22,15 +22,14 @@ import argparse
 import concurrent.futures
 import http.client
 import json
-import re
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.callgrind import control, dumped
 from bench.common import gateway_server, reset_postgres_db
 from bench.gateway import GATEWAY_ENV, SCRIPTED
 
@@ -48,17 +47,6 @@ QUIET = {
         "DB_PING_IDLE_S": "3600",
     }.items()
 }
-
-
-def _cg(pid: int, *args: str) -> None:
-    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
-
-
-def _dumped(out: Path, pid: int) -> int:
-    newest = max(out.glob(f"cg.{pid}.*"), key=lambda p: int(p.suffix[1:]))
-    found = re.search(r"^summary: (\d+)$", newest.read_text(errors="replace"), re.M)
-    assert found is not None, newest
-    return int(found.group(1))
 
 
 def count(
@@ -104,25 +92,25 @@ def count(
 
         for target in targets:
             send(target, 32)  # warm-up, uninstrumented
-        _cg(pid, "-i", "on")
+        control(pid, "-i", "on")
         for target in targets:
             send(target, 10)
         counts: dict[str, list[tuple[int, float]]] = {t: [] for t in targets}
         idle_n, idle_s = 0, 0.0
         for _ in range(rounds):
             for target in targets:
-                _cg(pid, "-z")
+                control(pid, "-z")
                 start = time.monotonic()
                 send(target, n)
                 wall = time.monotonic() - start
-                _cg(pid, "-d")
-                counts[target].append((_dumped(out, pid), wall))
-                _cg(pid, "-z")
+                control(pid, "-d")
+                counts[target].append((dumped(out, pid), wall))
+                control(pid, "-z")
                 start = time.monotonic()
                 time.sleep(3.0)
-                _cg(pid, "-d")
+                control(pid, "-d")
                 idle_s += time.monotonic() - start
-                idle_n += _dumped(out, pid)
+                idle_n += dumped(out, pid)
         rate = idle_n / idle_s
         for target in targets:
             per = [(c - rate * w) / n for c, w in counts[target]]
