@@ -124,6 +124,10 @@ def measure(
             ("stateless agent turn p50 (ms)", base.p50_ms),
             ("session turn p50 (ms)", sess.p50_ms),
             ("per-turn cost p50 (ms)", sess.p50_ms - base.p50_ms),
+            # Server CPU per request: what the load does not inflate as it does the WAL
+            # flush's wait (the latencies above).
+            ("stateless agent turn server CPU (ms)", base.server_us_per_req / 1e3),
+            ("session turn server CPU (ms)", sess.server_us_per_req / 1e3),
         ]
         for n in HISTORY:
             figures.append((f"turn p50 at {n} msgs (ms)", pct(times[key][n], 50)))
