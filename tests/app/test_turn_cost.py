@@ -440,7 +440,8 @@ async def test_a_session_turned_often_is_not_looked_up_again(
     # A kept session's entry expired ``session_cache_ttl_s`` after it was stored: a session
     # turned every second or so (the persistence bench) was looked up every other turn. Each
     # turn's admission now confirms it (still at its agent and version): kept while in use.
-    application = create_app(settings_factory(usage_flush_s=3600, session_cache_ttl_s=0.4))
+    ttl = 1.0
+    application = create_app(settings_factory(usage_flush_s=3600, session_cache_ttl_s=ttl))
     async with LifespanManager(application):
         transport = httpx.ASGITransport(app=application)
         headers = {"Authorization": f"Bearer {KEY_A}"}
@@ -450,13 +451,15 @@ async def test_a_session_turned_often_is_not_looked_up_again(
             await make_agent(c)
             sid = await make_session(c)
             await turn(c, sid, "warm up")
+            loop = asyncio.get_running_loop()
+            start = loop.time()
             with counting(engine_of(application)) as counter:
-                for i in range(8):  # 1.6 s: four times the entry's life
-                    await asyncio.sleep(0.2)
-                    await turn(c, sid, f"turn {i}")
+                while loop.time() - start < 2.5 * ttl:  # well past the entry's life
+                    await asyncio.sleep(ttl / 10)
+                    await turn(c, sid, "again")
                 await settle(application)
             assert not lookups(counter), counter.statements
-            await asyncio.sleep(0.5)  # not used for longer than its life: looked up again
+            await asyncio.sleep(ttl * 1.2)  # not used for longer than its life: looked up again
             with counting(engine_of(application)) as counter:
                 await turn(c, sid, "later")
             assert len(lookups(counter)) == 1, counter.statements
