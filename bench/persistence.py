@@ -258,14 +258,14 @@ def statements(tree: Path | None, db: str) -> tuple[int, dict[str, int]]:
 
     url = reset_postgres_db(db, tree)
 
-    async def log_all() -> None:
+    async def log_statements(setting: str) -> None:
         conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=5)
         try:
-            await conn.execute(f"ALTER DATABASE {db} SET log_statement = 'all'")
+            await conn.execute(f"ALTER DATABASE {db} {setting}")
         finally:
             await conn.close()
 
-    asyncio.run(log_all())
+    asyncio.run(log_statements("SET log_statement = 'all'"))
     with gateway_server("gw-statements", SCRIPTED, url, tree=tree, **GATEWAY_ENV) as gw:
         create_agent(gw.base_url)
         ids = [
@@ -284,6 +284,7 @@ def statements(tree: Path | None, db: str) -> tuple[int, dict[str, int]]:
             conn.close()
         time.sleep(0.5)
     text = PG_LOG.read_bytes()[offset:].decode(errors="replace")
+    asyncio.run(log_statements("RESET log_statement"))  # the database stays, quiet
     kinds: Counter[str] = Counter()
     for line in text.splitlines():
         if f"@{db} " in line and (m := re.search(r"LOG:  (?:execute [^:]*|statement): (.*)", line)):
