@@ -389,8 +389,9 @@ def reset_postgres_db(name: str = PG_BENCH_DB, tree: Path | None = None) -> str:
     except (OSError, asyncpg.PostgresError) as exc:
         raise Skip(f"PostgreSQL at 127.0.0.1:5432 unavailable: {exc}") from exc
     env = {**os.environ, "AGENTSTATION_DATABASE_URL": url}
-    if tree is not None:  # another checkout's migrations (a side-by-side baseline migrates its own)
-        env["PYTHONPATH"] = str(tree)
+    # This checkout's migrations, or another's (a side-by-side baseline migrates its own): the
+    # venv's editable install names one checkout, which a worktree sharing the venv is not.
+    env["PYTHONPATH"] = str(tree or ROOT)
     cli = str(VENV_BIN / "agentstation")
     done = subprocess.run(
         [cli, "migrate"], env=env, cwd=tree or ROOT, capture_output=True, timeout=120

@@ -124,6 +124,10 @@ def measure(
             ("stateless agent turn p50 (ms)", base.p50_ms),
             ("session turn p50 (ms)", sess.p50_ms),
             ("per-turn cost p50 (ms)", sess.p50_ms - base.p50_ms),
+            # Server CPU per request: what the load does not inflate as it does the WAL
+            # flush's wait (the latencies above).
+            ("stateless agent turn server CPU (ms)", base.server_us_per_req / 1e3),
+            ("session turn server CPU (ms)", sess.server_us_per_req / 1e3),
         ]
         for n in HISTORY:
             figures.append((f"turn p50 at {n} msgs (ms)", pct(times[key][n], 50)))
@@ -217,3 +221,104 @@ def run(opts: BenchOptions) -> BenchResult:
                         "messages in session memory", "turn p50 (ms)", logx=True)
         )  # fmt: skip
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Statements per turn (``python -m bench.persistence --statements [--baseline DIR]``): counted in
+# PostgreSQL's own log, which the machine's load does not change, unlike the latencies above.
+# The bench database gets ``log_statement = 'all'`` (that database only); the turns are the
+# per-turn experiment's (one connection, round robin over 256 sessions, ``enqueue``), after one
+# turn of each session; each logged statement of the database during STATEMENT_S seconds is
+# counted by kind. A session not turned for ``AGENTSTATION_SESSION_CACHE_TTL_S`` (2 s) is
+# looked up again: on a machine slow enough that 256 turns take over 2 s, lookups return.
+# Needs the server's log readable here (a local server, PG_LOG).
+PG_LOG = Path("/var/log/postgresql/postgresql-15-main.log")
+STATEMENT_S = 4.0
+
+
+def _kind(sql: str) -> str:
+    if "agentstation_admit" in sql:
+        return "admission (agentstation_admit; its commit does not wait for the WAL flush)"
+    if sql.startswith("WITH msg AS"):
+        return "run end (messages, events, status, run lock; durable commit)"
+    if sql.startswith("SELECT s.pk") or ("FROM sessions" in sql and "JOIN agents" in sql):
+        return "session lookup"
+    return sql[:70]
+
+
+def statements(tree: Path | None, db: str) -> tuple[int, dict[str, int]]:
+    """(turns, statements of each kind) of one gateway on its own database ``db``."""
+    import asyncio
+    import re
+    from collections import Counter
+
+    import asyncpg
+
+    from bench.common import PG_ADMIN_DSN
+
+    url = reset_postgres_db(db, tree)
+
+    async def log_statements(setting: str) -> None:
+        conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=5)
+        try:
+            await conn.execute(f"ALTER DATABASE {db} {setting}")
+        finally:
+            await conn.close()
+
+    asyncio.run(log_statements("SET log_statement = 'all'"))
+    with gateway_server("gw-statements", SCRIPTED, url, tree=tree, **GATEWAY_ENV) as gw:
+        create_agent(gw.base_url)
+        ids = [
+            str(http_json("POST", f"{gw.base_url}/v1/sessions", {"agent": AGENT})["id"])
+            for _ in range(PER_TURN_SESSIONS)
+        ]
+        conn = http.client.HTTPConnection(HOST, gw.port, timeout=60)
+        try:
+            for sid in ids:  # warm-up: every session turned once
+                _enqueue_turn(conn, sid)
+            offset, n, stop_at = PG_LOG.stat().st_size, 0, time.time() + STATEMENT_S
+            while time.time() < stop_at:
+                _enqueue_turn(conn, ids[n % len(ids)])
+                n += 1
+        finally:
+            conn.close()
+        time.sleep(0.5)
+    text = PG_LOG.read_bytes()[offset:].decode(errors="replace")
+    asyncio.run(log_statements("RESET log_statement"))  # the database stays, quiet
+    kinds: Counter[str] = Counter()
+    for line in text.splitlines():
+        if f"@{db} " in line and (m := re.search(r"LOG:  (?:execute [^:]*|statement): (.*)", line)):
+            kinds[_kind(m.group(1))] += 1
+    return n, dict(kinds)
+
+
+def _enqueue_turn(conn: http.client.HTTPConnection, session_id: str) -> None:
+    body = json.dumps({"message": "hello world", "multitask_strategy": "enqueue"})
+    conn.request(
+        "POST", f"/v1/sessions/{session_id}/messages", body, {"Content-Type": "application/json"}
+    )
+    resp = conn.getresponse()
+    resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"turn on {session_id} answered {resp.status}")
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="PostgreSQL statements per persisted turn")
+    parser.add_argument("--statements", action="store_true", required=True)
+    parser.add_argument("--baseline", type=Path, default=None)
+    args = parser.parse_args()
+    trees: list[tuple[str, Path | None]] = [("this tree", None)]
+    if args.baseline is not None:
+        trees.append(("baseline", args.baseline.resolve()))
+    for label, tree in trees:
+        turns, kinds = statements(tree, pg_db_name(PG_BENCH_DB + "_statements", tree))
+        print(f"{label}: {turns} turns")
+        for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            print(f"  {count / turns:6.3f} per turn  ({count:5d})  {kind}")
+
+
+if __name__ == "__main__":
+    main()

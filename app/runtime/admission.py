@@ -49,6 +49,9 @@ class Submission:
     # Set when the session came from a cache: the submission again, its session read afresh
     # (``submit`` calls it when the cached session is gone at admission).
     relookup: Callable[[], Awaitable[Submission]] | None = None
+    # Set with ``relookup``: told whether the admission found the session still at the agent
+    # and version the cached entry names (True: kept for another while, False: dropped).
+    confirmed: Callable[[bool], None] | None = None
     # The new run's id (None: a new ``run_...`` id); the Responses API names runs ``resp_...``.
     run_id: str | None = None
 
@@ -123,6 +126,8 @@ class Admissions:
             run = admitted.run
             if not admitted.created:
                 return run, False
+            if sub.confirmed is not None and admitted.current is not None:
+                sub.confirmed(admitted.current)
             if sub.strategy in (MultitaskStrategy.INTERRUPT, MultitaskStrategy.ROLLBACK):
                 mode = (
                     CancelMode.INTERRUPT

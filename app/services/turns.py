@@ -352,7 +352,19 @@ async def prepare_submission(
             if cached
             else None
         ),
+        confirmed=partial(_confirmed, state, (tenant_id, session_id), found) if cached else None,
     )
+
+
+def _confirmed(state: AppState, key: tuple[str, str], found: Found, current: bool) -> None:
+    """A cached session's admission read its row: still at the agent and version the entry
+    names, the entry is kept for another ``session_cache_ttl_s`` (a session turned every
+    second or so was otherwise looked up every other turn, one round trip each); else dropped
+    (the next turn looks it up). The tenant's budget is checked apart (``_unlimited``)."""
+    if not current:
+        state.turn_sessions.pop(key)
+    elif state.turn_sessions.get(key) is found:
+        state.turn_sessions.put(key, found)
 
 
 async def _relookup(

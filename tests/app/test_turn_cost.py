@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -426,3 +427,73 @@ async def test_run_public_is_what_the_schema_dumps(client: httpx.AsyncClient, ap
         ).model_dump(mode="json")
         assert run_public(run) == expected
     assert data["run"] == run_public(stored)
+
+
+def lookups(counter: Counter) -> list[str]:
+    """The session lookups (``LOOKUP`` on PostgreSQL, the SQLAlchemy query on SQLite)."""
+    return [s for s in counter.statements if "FROM sessions" in s and "JOIN agents" in s]
+
+
+async def test_a_session_turned_often_is_not_looked_up_again(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    # A kept session's entry expired ``session_cache_ttl_s`` after it was stored: a session
+    # turned every second or so (the persistence bench) was looked up every other turn. Each
+    # turn's admission now confirms it (still at its agent and version): kept while in use.
+    ttl = 1.0
+    application = create_app(settings_factory(usage_flush_s=3600, session_cache_ttl_s=ttl))
+    async with LifespanManager(application):
+        transport = httpx.ASGITransport(app=application)
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=headers
+        ) as c:
+            await make_agent(c)
+            sid = await make_session(c)
+            await turn(c, sid, "warm up")
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            with counting(engine_of(application)) as counter:
+                while loop.time() - start < 2.5 * ttl:  # well past the entry's life
+                    await asyncio.sleep(ttl / 10)
+                    await turn(c, sid, "again")
+                await settle(application)
+            assert not lookups(counter), counter.statements
+            await asyncio.sleep(ttl * 1.2)  # not used for longer than its life: looked up again
+            with counting(engine_of(application)) as counter:
+                await turn(c, sid, "later")
+            assert len(lookups(counter)) == 1, counter.statements
+
+
+async def test_a_session_moved_to_another_agent_version_is_looked_up_again(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    # Another replica moves the session to another version of its agent (as the Responses
+    # API does with a conversation): this replica's next turn still runs on the entry it
+    # kept (read before the move, within its life); its admission sees the row changed, and
+    # the turn after looks the session up afresh.
+    await make_agent(client)
+    sid = await make_session(client)
+    await turn(client, sid, "one")
+    changed = await client.put(
+        "/v1/agents/helper", json={"spec": {"kind": "agent", "model": "echo"}}
+    )
+    assert changed.status_code == 200, changed.text
+    version = changed.json()["version"]
+    engine = engine_of(app)
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text("UPDATE sessions SET agent_version = :v WHERE id = :id"),
+            {"v": version, "id": sid},
+        )
+    await turn(client, sid, "two")
+    await settle(app)
+    with counting(engine) as counter:
+        data = await turn(client, sid, "three")
+        await settle(app)
+    assert len(lookups(counter)) == 1, counter.statements
+    async with engine.connect() as conn:
+        ran = await conn.scalar(
+            sa.text("SELECT agent_version FROM runs WHERE id = :id"), {"id": data["run"]["id"]}
+        )
+    assert ran == version  # the turn after ran on the session's new version

@@ -153,6 +153,9 @@ class Admitted:
     created: bool  # False: the Idempotency-Key named an earlier run (``run`` is that one)
     rev: int | None  # the memory revision read at admission; None: read it when the run starts
     active: list[str]  # the session's queued, running and waiting runs before it, oldest first
+    # The session still names the run's agent (by name) and version, as read by the admission
+    # (PostgreSQL, migration 0013); None: not known.
+    current: bool | None = None
 
 
 @dataclass

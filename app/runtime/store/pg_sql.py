@@ -2,10 +2,11 @@
 
 - the session's lookup (``LOOKUP``): the session, its agent's name and pinned spec, the
   tenant's budget;
-- admission: ``agentstation_admit`` (migrations 0004, 0007, 0008) takes the session's admission
-  lock, answers a known Idempotency-Key with its run, reads the session's memory revision and
-  active runs, inserts the run and, when the session is idle, takes its run lock
-  (session-level, kept by the calling connection for the run);
+- admission: ``agentstation_admit`` (migrations 0004, 0007, 0008, 0013) takes the session's
+  admission lock, answers a known Idempotency-Key with its run, reads the session's memory
+  revision and active runs (and whether it still names the run's agent and version), inserts
+  the run and, when the session is idle, takes its run lock (session-level, kept by the
+  calling connection for the run);
 - the run's end: one statement (CTEs) appends the turn's messages, bumps ``memory_rev``,
   stores the unsaved events with the terminal one, charges a tenant with a budget and sets the
   final status; in autocommit, so its one implicit commit makes all of it durable at once.
@@ -22,7 +23,7 @@ from app.db import raw
 from app.db.models import Run
 
 ADMIT = (
-    "SELECT o_rev, o_active, o_status, o_found FROM agentstation_admit("
+    "SELECT o_rev, o_active, o_status, o_found, o_current FROM agentstation_admit("
     "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::json, $12::json, $13, $14, $15)"
 )
 LOOKUP = """\
@@ -95,6 +96,10 @@ class Admission:
     # is its run's id), None: busy, not inserted
     status: str | None
     found: str | None = None
+    # The session still names the agent and version the run was submitted with (migration
+    # 0013): a session kept in process for its turns is confirmed for another while (None:
+    # not read, a known Idempotency-Key's answer).
+    current: bool | None = None
 
 
 async def admit(
@@ -128,7 +133,7 @@ async def admit(
     )
     if row is None:
         return None
-    return Admission(int(row[0]), list(row[1]), row[2], row[3])
+    return Admission(int(row[0]), list(row[1]), row[2], row[3], row[4])
 
 
 async def lock(pg: Any, run_key: int) -> None:

@@ -92,8 +92,8 @@ class PgRunStore(RunStore):
             return Admitted(earlier, False, None, [])
         if not lease.locked:  # behind another run (or its lock is still held elsewhere)
             run.status, run.started_at = RunStatus.QUEUED, None
-            return Admitted(run, True, None, got.active)
-        return Admitted(run, True, got.rev, got.active)
+            return Admitted(run, True, None, got.active, got.current)
+        return Admitted(run, True, got.rev, got.active, got.current)
 
     async def create_session(self, new: NewSession) -> tuple[str, int, AgentSpec]:
         args = (new.pk, new.tenant_id, new.id, new.agent, json.dumps(new.metadata), new.at)

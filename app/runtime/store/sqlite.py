@@ -45,8 +45,10 @@ from app.schemas.agents import AgentSpec
 from app.schemas.vocab import BUSY, WAITING, MultitaskStrategy, RunStatus
 
 _BUSY = ", ".join(f"'{status.value}'" for status in BUSY)
+# Also whether the session still names the run's agent (by name) and version (``current``).
 ACTIVE_RUNS = f"""\
-SELECT s.memory_rev, r.id, r.status FROM sessions s
+SELECT s.memory_rev, r.id, r.status, s.agent_version = ? AND EXISTS(
+    SELECT 1 FROM agents a WHERE a.id = s.agent_id AND a.name = ?) FROM sessions s
 LEFT JOIN runs r ON r.session_pk = s.pk AND r.status IN ({_BUSY})
 WHERE s.pk = ? ORDER BY r.created_at"""
 BY_KEY = "SELECT id FROM runs WHERE tenant_id = ? AND idempotency_key = ?"
@@ -203,12 +205,15 @@ class SqliteRunStore(RunStore):
                 if key and (hit := tx.execute(BY_KEY, (run.tenant_id, key)).fetchone()):
                     earlier = hit[0]
                 else:
-                    rows = tx.execute(ACTIVE_RUNS, (run.session_pk,)).fetchall()
+                    rows = tx.execute(
+                        ACTIVE_RUNS, (run.agent_version, run.agent, run.session_pk)
+                    ).fetchall()
                     if not rows:
                         raise NotFound(f"session {run.session_id!r} not found", param="id")
                     rev = int(rows[0][0])
-                    active = [run_id for _, run_id, _ in rows if run_id is not None]
-                    waiting = any(status in WAITING for _, _, status in rows)
+                    active = [row[1] for row in rows if row[1] is not None]
+                    waiting = any(row[2] in WAITING for row in rows)
+                    current = bool(rows[0][3])
                     # A run waiting for a person is never queued behind (enqueue refuses).
                     if active and (
                         strategy == MultitaskStrategy.REJECT
@@ -234,7 +239,7 @@ class SqliteRunStore(RunStore):
                 found = await db.get(Run, earlier)
             assert found is not None
             return Admitted(found, False, None, [])
-        return Admitted(run, True, None if active else rev, active)
+        return Admitted(run, True, None if active else rev, active, current)
 
     async def append_events(self, rows: list[dict[str, Any]]) -> None:
         # A live run's events mid-run (``RunChannel.save``), their JSON the SSE frames' own
