@@ -72,7 +72,9 @@ class _Segmenter:
         self.counted = (0, 0)  # the turn's usage at the previous message
 
     async def feed(self, chunk: AgentMessage) -> None:
-        state = AgentStatusCode(int(chunk.stream_state))
+        # The state as an int (``GENERATING``'s members compare and hash as ints): an enum
+        # conversion per chunk cost ~1.5 us, per token of every answer.
+        state = int(chunk.stream_state)
         continues = self.open is not None and self.open.sender == chunk.sender
         if not continues:
             await self.close()
@@ -84,7 +86,7 @@ class _Segmenter:
             self.first = time.time()  # a model's first token (an empty chunk may come first)
         self.open, self.text = chunk, chunk.content
         if self.channel is not None and delta not in (None, ""):
-            await self.channel.delta(self.index, chunk.sender, delta, int(state))
+            await self.channel.delta(self.index, chunk.sender, delta, state)
         if state not in GENERATING:
             await self.close()
 
@@ -192,6 +194,6 @@ async def run_turn(
     with usage_scope() as usage:
         result.usage = usage  # the live counter: a cancelled turn still reports its usage
         async for chunk in stream_turn(agent, message, session_key, gen_params, channel, result):
-            if AgentStatusCode(int(chunk.stream_state)) == AgentStatusCode.END:
+            if int(chunk.stream_state) == AgentStatusCode.END:
                 result.final = chunk
     return result
