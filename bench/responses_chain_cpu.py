@@ -7,7 +7,8 @@ for every tree). ``--chains`` chains of ``--turns`` streamed, stored turns (``st
 each naming the previous response), turn by turn across the chains. Per turn number: the
 event loop thread's CPU (``time.thread_time``) per turn and, in a second pass under cProfile,
 Python calls per turn (they do not move with the machine's load). Prints turn 1-3 and the last
-three turns' means, so growth with the history shows.
+three turns' means, so growth with the history shows; and the TTFT p50 (wall: noisy) of 4
+chains × 10 stored turns against the same turns as chat completions, in process.
 
 ``python -m bench.responses_chain_cpu [--chains 8] [--turns 20] [--baseline DIR]``: with a
 baseline, the same measurement runs in a subprocess on that checkout's code (``PYTHONPATH``).
@@ -95,6 +96,67 @@ async def measure(chains: int, turns: int, profile: bool) -> list[float]:
                 return out
 
 
+async def ttft(chains: int, turns: int) -> dict[str, float]:
+    """TTFT p50 (ms, request sent -> first text delta) of stored chain turns and of the same
+    turns as chat completions (the client resending the history), alternating turn by turn."""
+    import httpx
+    from asgi_lifespan import LifespanManager
+
+    from app.db.migrate import upgrade
+    from app.main import create_app
+    from app.settings import Settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite+aiosqlite:///{Path(tmp) / 'ttft.db'}"
+        await asyncio.to_thread(upgrade, url)
+        models = [{"name": "scripted", "backend": "scripted", "replies": [REPLY]}]
+        settings = Settings(database_url=url, models=json.dumps(models), api_keys=f"a:{KEY}",
+                            sandbox_enabled=False, access_log=False)  # fmt: skip
+        app = create_app(settings)
+        async with LifespanManager(app):
+            for name in ("httpx", "agentstation.runs"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+            transport = httpx.ASGITransport(app=app)
+            headers = {"Authorization": f"Bearer {KEY}"}
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://t", headers=headers
+            ) as client:
+                got: dict[str, list[float]] = {"responses": [], "chat": []}
+                for i in range(chains):
+                    previous: str | None = None
+                    messages: list[dict[str, str]] = []
+                    for k in range(turns):
+                        text = f"Chain {i}, turn {k + 1}: tell me a story."
+                        body: dict[str, Any] = {"model": "scripted", "input": text}
+                        body.update(stream=True, max_output_tokens=64)
+                        if previous:
+                            body["previous_response_id"] = previous
+                        start, first = time.perf_counter(), 0.0
+                        async with client.stream("POST", "/v1/responses", json=body) as resp:
+                            async for line in resp.aiter_lines():
+                                if not first and '"response.output_text.delta"' in line:
+                                    first = time.perf_counter() - start
+                                if '"response.created"' in line and line[:6] == "data: ":
+                                    previous = json.loads(line[6:])["response"]["id"]
+                        got["responses"].append(first)
+                        messages.append({"role": "user", "content": text})
+                        chat = {"model": "scripted", "messages": messages, "stream": True,
+                                "max_tokens": 64}  # fmt: skip
+                        start, first, answer = time.perf_counter(), 0.0, ""
+                        async with client.stream("POST", "/v1/chat/completions", json=chat) as resp:
+                            async for line in resp.aiter_lines():
+                                if line[:7] != "data: {":
+                                    continue
+                                for choice in json.loads(line[6:]).get("choices") or []:
+                                    piece = choice["delta"].get("content") or ""
+                                    if piece and not first:
+                                        first = time.perf_counter() - start
+                                    answer += piece
+                        got["chat"].append(first)
+                        messages.append({"role": "assistant", "content": answer})
+                return {k: round(1000 * statistics.median(v), 2) for k, v in got.items()}
+
+
 def summary(values: list[float], scale: float) -> dict[str, float]:
     return {
         "first3": round(statistics.mean(values[:3]) * scale, 1),
@@ -107,7 +169,11 @@ def run_here(chains: int, turns: int, rounds: int) -> dict[str, Any]:
     cpus = [asyncio.run(measure(chains, turns, False)) for _ in range(rounds)]
     per_turn = [statistics.median(c[k] for c in cpus) for k in range(turns)]
     calls = asyncio.run(measure(chains, turns, True))
-    return {"cpu_us": summary(per_turn, 1e6), "calls": summary(calls, 1.0)}
+    return {
+        "cpu_us": summary(per_turn, 1e6),
+        "calls": summary(calls, 1.0),
+        "ttft_p50_ms": asyncio.run(ttft(4, 10)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
