@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from agents.llms.base import Messages
+from agents.llms.prompt_tokens import SegmentTokenizer
 from agents.llms.templates import render_meta_template
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class VllmEngine:
         self._lock = asyncio.Lock()
         self._restart: asyncio.Task[None] | None = None
         self._by_priority = self.by_priority
+        self._segments: SegmentTokenizer | None = None  # set at start, if the tokenizer allows
 
     @staticmethod
     def key(path: str, engine_args: Mapping[str, Any] | None) -> str:
@@ -143,7 +145,13 @@ class VllmEngine:
                 logger.exception("vLLM: %s", self.error)
                 raise VllmEngineError(self.error) from exc
             self.error = None
-            logger.info("vLLM: %s ready in %.1f s", self.path, time.monotonic() - started)
+            self._segments = SegmentTokenizer.for_tokenizer(self.llm.get_tokenizer())
+            logger.info(
+                "vLLM: %s ready in %.1f s (prompts tokenized %s)",
+                self.path,
+                time.monotonic() - started,
+                "by segment" if self._segments is not None else "whole",
+            )
 
     @property
     def ready(self) -> bool:
@@ -194,8 +202,11 @@ class VllmEngine:
         chat_template: str | None = None,
         tools: list[dict[str, Any]] | None = None,
         meta_template: list[dict[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
-        """Engine input for ``messages``: the tokenizer's chat template, else ``meta_template``."""
+        """Engine input for ``messages``: the tokenizer's chat template, else ``meta_template``
+        (``template_kwargs``: more arguments for the chat template, e.g. a request's
+        ``chat_template_kwargs``)."""
         llm = self._live()
         from vllm.renderers.params import ChatParams
 
@@ -207,9 +218,26 @@ class VllmEngine:
         kwargs: dict[str, Any] = {"add_generation_prompt": True}
         if tools:
             kwargs["tools"] = tools
+        kwargs.update(template_kwargs or {})
+        renderer = llm.renderer
+        if self._segments is None:
+            params = ChatParams(chat_template=chat_template, chat_template_kwargs=kwargs)
+            _, (prompt,) = await renderer.render_chat_async([messages], params)
+            return prompt
+        # vLLM's render_chat_async with one step changed: the template renders text (vLLM's
+        # default renders ids), and its ids come from the kept segments
+        # (agents/llms/prompt_tokens.py) instead of encoding the whole history again.
+        arrival = time.time()
+        kwargs["tokenize"] = False
         params = ChatParams(chat_template=chat_template, chat_template_kwargs=kwargs)
-        _, (prompt,) = await llm.renderer.render_chat_async([messages], params)
-        return prompt
+        tok_params = renderer.default_chat_tok_params
+        _, text = await renderer.render_messages_async(messages, params)
+        if _by_segment(text, tok_params):
+            text = tok_params.apply_pre_tokenization(renderer.tokenizer, text)
+            text["prompt_token_ids"] = self._segments.encode(text["prompt"])
+        (tokens,) = await renderer.tokenize_prompts_async([text], tok_params)
+        renderer._apply_prompt_extras([tokens], {"media_io_kwargs": params.media_io_kwargs or {}})
+        return await renderer.process_for_engine_async(tokens, arrival, tok_params=tok_params)
 
     async def generate(
         self, prompt: Any, sampling: Any, priority: int = 0
@@ -250,6 +278,19 @@ class VllmEngine:
         _ENGINES.pop(self.key(self.path, self.engine_args), None)
         if llm is not None:
             await _shutdown(llm)
+
+
+def _by_segment(prompt: Any, tok_params: Any) -> bool:
+    """Whether a rendered prompt's ids may come from kept segments: plain text, nothing
+    multimodal, no truncation, case or offsets asked of the tokenizer."""
+    return (
+        isinstance(prompt.get("prompt"), str)
+        and "prompt_token_ids" not in prompt
+        and not prompt.get("multi_modal_data")
+        and tok_params.truncate_prompt_tokens is None
+        and not tok_params.do_lower_case
+        and not tok_params.return_token_offsets
+    )
 
 
 async def _shutdown(llm: Any) -> None:

@@ -20,7 +20,6 @@ async def build_plan_parts(
 ) -> tuple[Any, Any, Any, ToolMode, str]:
     """(engine prompt, sampling params, vLLM request, tool mode, forced function name)."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-    from vllm.renderers.params import ChatParams
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
     from vllm.tool_parsers.utils import get_json_schema_from_tools
 
@@ -37,12 +36,15 @@ async def build_plan_parts(
             function_name = request["tool_choice"]["function"]["name"]
 
     llm = backend.engine._live()
-    kwargs: dict[str, Any] = {"add_generation_prompt": True}
+    tools = None
     if request.get("tools") and request.get("tool_choice") != "none":
-        kwargs["tools"] = [t for t in request["tools"] if t.get("type", "function") == "function"]
-    kwargs.update(request.get("chat_template_kwargs") or {})
-    params = ChatParams(chat_template=backend.chat_template, chat_template_kwargs=kwargs)
-    _, (prompt,) = await llm.renderer.render_chat_async([request["messages"]], params)
+        tools = [t for t in request["tools"] if t.get("type", "function") == "function"]
+    prompt = await backend.engine.render(
+        request["messages"],
+        chat_template=backend.chat_template,
+        tools=tools,
+        template_kwargs=request.get("chat_template_kwargs"),
+    )
 
     max_len = int(llm.model_config.max_model_len)
     room = max_len - len(prompt["prompt_token_ids"])
