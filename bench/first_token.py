@@ -11,11 +11,14 @@ streamed; the window measured is from the request's send to the client's first t
 Per target: the median wall time and loop-thread CPU (``time.thread_time``) of the window and
 of its steps, marked by wrappers around the turn path's functions (the chain-end lookup,
 ``submit_turn``, the store's admission, the run's first step, the agent built with its memory,
-the run's first delta, the client's first delta); and, in a second pass under cProfile, the
-Python calls per window (load-proof) with the functions that cost most in it.
+the run's first delta, the client's first delta); in a second pass, the Python (and C) calls of
+each step (``sys.setprofile`` counting: load-proof); with ``--top``, a cProfile of the windows
+(the functions that cost most in them).
 
 ``python -m bench.first_token [--db sqlite|postgres] [--turns 40] [--top 25]``: run from a
-tree's root (or with ``PYTHONPATH`` naming one) to measure that tree's code.
+tree's root to measure that tree's code; another tree's: from its root, with ``PYTHONPATH``
+naming it, run this file through ``runpy.run_path`` (as bench/responses_chain_cpu.py's
+``--baseline`` does: run as a script, bench/profile.py would shadow the standard library's).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import json
 import logging
 import pstats
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -38,12 +42,27 @@ from typing import Any
 
 KEY = "bench-key"
 REPLY = " ".join(f"word{i}" for i in range(64))
-Marks = list[tuple[str, float, float]]
-MARKS: Marks = []  # (name, wall, thread CPU) of the turn being measured
+Marks = list[tuple[str, float, float, int]]
+MARKS: Marks = []  # (name, wall, thread CPU, calls so far) of the turn being measured
+CALLS = [0]  # Python and C calls counted by ``_count`` (the counting pass)
+
+
+SEGMENT: list[Any] = []  # (profiler, from mark, to mark): ``--segment`` profiles only that
 
 
 def mark(name: str) -> None:
-    MARKS.append((name, time.perf_counter(), time.thread_time()))
+    MARKS.append((name, time.perf_counter(), time.thread_time(), CALLS[0]))
+    if SEGMENT:
+        prof, start, end = SEGMENT
+        if name == start:
+            prof.enable()
+        elif name == end:
+            prof.disable()
+
+
+def _count(_frame: Any, event: str, _arg: Any) -> None:
+    if event == "call" or event == "c_call":
+        CALLS[0] += 1
 
 
 def _wrap_async(owner: Any, attr: str, before: str | None, after: str | None) -> None:
@@ -98,7 +117,8 @@ async def app_client(db: str, gap_s: float) -> AsyncIterator[Any]:
     from app.db.migrate import upgrade
     from app.main import create_app
     from app.settings import Settings
-    from bench.asgi_stream import StreamingASGITransport
+
+    StreamingASGITransport = _streaming_transport()
 
     with tempfile.TemporaryDirectory() as tmp:
         if db == "postgres":
@@ -125,6 +145,19 @@ async def app_client(db: str, gap_s: float) -> AsyncIterator[Any]:
                 transport=transport, base_url="http://t", headers=headers
             ) as client:
                 yield client
+
+
+def _streaming_transport() -> Any:
+    """``bench/asgi_stream.py``'s transport, loaded from this file's folder (run on another
+    tree's code, ``PYTHONPATH`` names a ``bench`` package that may not have it)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "asgi_stream.py"
+    spec = importlib.util.spec_from_file_location("_bench_asgi_stream", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.StreamingASGITransport
 
 
 Turn = Callable[[Any, int, Callable[[], None]], Any]
@@ -179,7 +212,9 @@ def chat_turn() -> Turn:
     return turn
 
 
-async def run_target(client: Any, target: str, turns: int, profile: bool) -> dict[str, Any]:
+async def run_target(client: Any, target: str, turns: int, mode: str) -> dict[str, Any]:
+    """Per step: median wall and CPU (``mode`` "timed"), calls ("counted": ``sys.setprofile``
+    counts every call, per step), or a cProfile of the windows ("profiled")."""
     if target == "session":
         await client.post("/v1/agents", json={"name": "bench", "spec": {"model": "scripted"}})
         made = await client.post("/v1/sessions", json={"agent": "bench"})
@@ -189,8 +224,11 @@ async def run_target(client: Any, target: str, turns: int, profile: bool) -> dic
         turn = responses_turn() if target == "responses" else chat_turn()
     for k in range(5):  # warm up: caches, first-use paths
         await turn(client, k, lambda: None)
-    prof = cProfile.Profile() if profile else None
-    steps: dict[str, list[tuple[float, float]]] = {}
+    prof = cProfile.Profile() if mode == "profiled" else None
+    if prof is not None and SEGMENT:
+        SEGMENT[0] = prof
+        prof = None  # enabled and disabled by ``mark``
+    steps: dict[str, list[tuple[float, float, int]]] = {}
     for k in range(turns):
         MARKS.clear()
 
@@ -198,31 +236,39 @@ async def run_target(client: Any, target: str, turns: int, profile: bool) -> dic
             mark("client_delta")
             if prof is not None:
                 prof.disable()
+            if mode == "counted":
+                sys.setprofile(None)
 
         mark("send")
         if prof is not None:
             prof.enable()
+        if mode == "counted":
+            sys.setprofile(_count)
         await turn(client, 5 + k, first)
+        sys.setprofile(None)
         names = [m[0] for m in MARKS]
         if "client_delta" not in names:
             continue
         end = names.index("client_delta")
         window = MARKS[: end + 1]
-        for (_, w0, c0), (name, w1, c1) in itertools.pairwise(window):
-            steps.setdefault(name, []).append((w1 - w0, c1 - c0))
-        total = (window[-1][1] - window[0][1], window[-1][2] - window[0][2])
+        for (_, w0, c0, n0), (name, w1, c1, n1) in itertools.pairwise(window):
+            steps.setdefault(name, []).append((w1 - w0, c1 - c0, n1 - n0))
+        first_mark, last = window[0], window[-1]
+        total = (last[1] - first_mark[1], last[2] - first_mark[2], last[3] - first_mark[3])
         steps.setdefault("TOTAL", []).append(total)
+    if mode == "counted":
+        return {name: round(statistics.median(n for _, _, n in v)) for name, v in steps.items()}
     out: dict[str, Any] = {
         name: {
-            "wall_us": round(1e6 * statistics.median(w for w, _ in v)),
-            "cpu_us": round(1e6 * statistics.median(c for _, c in v)),
-            "wall_max_us": round(1e6 * max(w for w, _ in v)),
+            "wall_us": round(1e6 * statistics.median(w for w, _, _ in v)),
+            "cpu_us": round(1e6 * statistics.median(c for _, c, _ in v)),
+            "wall_max_us": round(1e6 * max(w for w, _, _ in v)),
             "n": len(v),
         }
         for name, v in steps.items()
     }
-    if prof is not None:
-        stats = pstats.Stats(prof)
+    if mode == "profiled":
+        stats = pstats.Stats(SEGMENT[0] if SEGMENT else prof)
         out["calls_per_turn"] = round(stats.total_calls / turns)  # type: ignore[attr-defined]
         out["_stats"] = stats
     return out
@@ -232,13 +278,16 @@ async def main_async(db: str, targets: list[str], turns: int, top: int, gap_s: f
     instrument()
     for target in targets:
         async with app_client(db, gap_s) as client:
-            timed = await run_target(client, target, turns, False)
+            timed = await run_target(client, target, turns, "timed")
         async with app_client(db, gap_s) as client:
-            profiled = await run_target(client, target, turns, True)
-        stats = profiled.pop("_stats")
-        print(json.dumps({"db": db, "target": target, "calls_per_turn": profiled["calls_per_turn"],
-                          "steps": timed}), flush=True)  # fmt: skip
+            counted = await run_target(client, target, turns, "counted")
+        for name, calls in counted.items():
+            timed[name]["calls"] = calls
+        print(json.dumps({"db": db, "target": target, "steps": timed}), flush=True)
         if top:
+            async with app_client(db, gap_s) as client:
+                profiled = await run_target(client, target, turns, "profiled")
+            stats = profiled.pop("_stats")
             for order in ("tottime", "cumulative"):
                 buf = io.StringIO()
                 stats.stream = buf
@@ -253,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", nargs="+", default=["responses", "session", "chat"])
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--segment", nargs=2, help="profile only from one mark to another")
     parser.add_argument("--gap-ms", type=float, default=1.0, help="the model's time per token")
     args = parser.parse_args(argv)
+    if args.segment:
+        SEGMENT[:] = [None, *args.segment]
     asyncio.run(main_async(args.db, args.targets, args.turns, args.top, args.gap_ms / 1000))
     return 0
 
