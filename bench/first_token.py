@@ -52,7 +52,7 @@ SEGMENT: list[Any] = []  # (profiler, from mark, to mark): ``--segment`` profile
 
 def mark(name: str) -> None:
     MARKS.append((name, time.perf_counter(), time.thread_time(), CALLS[0]))
-    if SEGMENT:
+    if SEGMENT and SEGMENT[0] is not None:  # the profiled pass
         prof, start, end = SEGMENT
         if name == start:
             prof.enable()

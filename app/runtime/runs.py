@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agents.llms.base import CallMeter
+from agents.schema import AgentMessage
 from app.db.models import SEQ_BLOCK, Run
 from app.runtime.admission import Admissions, Submission
 from app.runtime.approvals import Resumption
@@ -183,7 +184,10 @@ class RunManager:
         job = Job(
             run=run,
             spec=sub.spec,
-            message=input_message(sub.message),
+            # Parsed by the admission (``new_run``): no second copy (the agent copies it).
+            message=(
+                sub.message if isinstance(sub.message, AgentMessage) else input_message(sub.message)
+            ),
             gen_params=sub.gen_params or {},
             channel=channel,
             rev=rev,
