@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.schema import AgentMessage
 from app.db.base import new_id, transient, utcnow
 from app.db.models import SEQ_BLOCK, Run
 from app.db.models import Session as SessionRow
@@ -198,8 +199,11 @@ class Admissions:
 def new_run(sub: Submission) -> Run:
     """The transient Run of a submission, ``running`` (the store's ``admit`` makes it
     ``queued`` when it must wait for the session)."""
-    # Parsed once: the job reads it back (input_message returns a message as it is).
-    sub.message = message = input_message(sub.message)
+    # Parsed once (a message is taken as it is: the caller made it for this turn); the job
+    # takes it from ``sub.message``.
+    message = sub.message
+    if not isinstance(message, AgentMessage):
+        sub.message = message = input_message(message)
     now = utcnow()
     return transient(
         Run,
