@@ -10,6 +10,16 @@ Python calls per turn (they do not move with the machine's load). Prints turn 1-
 three turns' means, so growth with the history shows; and the TTFT p50 (wall: noisy) of 4
 chains × 10 stored turns against the same turns as chat completions, in process.
 
+TTFT: httpx's ``ASGITransport`` hands the client the body only once the response is complete,
+so through it the "first token" is the whole answer (``whole_p50_ms``, what this bench reported
+as ``ttft_p50_ms`` before 2026-11-29). ``ttft_p50_ms`` is the first token's: the app driven by
+``bench.asgi_stream.StreamingASGITransport`` (each body chunk as it is sent) with the scripted
+model taking ``TOKEN_GAP_S`` per token after the first (as a real model does: the run's task
+waits between tokens); ``ttft_calls`` the Python calls from the request's send to the client's
+first text delta (cProfile, load-proof), and ``*_cpu_us`` in ``ttft_p50_ms`` the event loop
+thread's CPU in that window (``time.thread_time``: the app and the client share the thread;
+unlike the wall time, it does not count the time the thread waited for a core).
+
 ``python -m bench.responses_chain_cpu [--chains 8] [--turns 20] [--baseline DIR]``: with a
 baseline, the same measurement runs in a subprocess on that checkout's code (``PYTHONPATH``).
 """
@@ -33,6 +43,7 @@ from typing import Any
 
 KEY = "bench-key"
 REPLY = " ".join(f"word{i}" for i in range(64))
+TOKEN_GAP_S = 0.001  # the streamed TTFT's model: 1 ms per token after the first
 
 
 async def measure(chains: int, turns: int, profile: bool) -> list[float]:
@@ -96,9 +107,14 @@ async def measure(chains: int, turns: int, profile: bool) -> list[float]:
                 return out
 
 
-async def ttft(chains: int, turns: int) -> dict[str, float]:
+async def ttft(
+    chains: int, turns: int, streamed: bool = False, profile: bool = False
+) -> dict[str, float]:
     """TTFT p50 (ms, request sent -> first text delta) of stored chain turns and of the same
-    turns as chat completions (the client resending the history), alternating turn by turn."""
+    turns as chat completions (the client resending the history), alternating turn by turn.
+    ``streamed``: through a transport that streams the body, the model taking ``TOKEN_GAP_S``
+    per token (else httpx's, which returns the whole body: the time to the whole answer);
+    ``profile``: Python calls per turn in that window instead (cProfile)."""
     import httpx
     from asgi_lifespan import LifespanManager
 
@@ -106,22 +122,49 @@ async def ttft(chains: int, turns: int) -> dict[str, float]:
     from app.main import create_app
     from app.settings import Settings
 
+    StreamingASGITransport = _streaming_transport()
+
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite+aiosqlite:///{Path(tmp) / 'ttft.db'}"
         await asyncio.to_thread(upgrade, url)
-        models = [{"name": "scripted", "backend": "scripted", "replies": [REPLY]}]
-        settings = Settings(database_url=url, models=json.dumps(models), api_keys=f"a:{KEY}",
+        model: dict[str, Any] = {"name": "scripted", "backend": "scripted", "replies": [REPLY]}
+        if streamed:
+            model["chunk_delay_s"] = TOKEN_GAP_S
+        settings = Settings(database_url=url, models=json.dumps([model]), api_keys=f"a:{KEY}",
                             sandbox_enabled=False, access_log=False)  # fmt: skip
         app = create_app(settings)
         async with LifespanManager(app):
             for name in ("httpx", "agentstation.runs"):
                 logging.getLogger(name).setLevel(logging.WARNING)
-            transport = httpx.ASGITransport(app=app)
+            transport: httpx.AsyncBaseTransport = (
+                StreamingASGITransport(app) if streamed else httpx.ASGITransport(app=app)
+            )
             headers = {"Authorization": f"Bearer {KEY}"}
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://t", headers=headers
             ) as client:
                 got: dict[str, list[float]] = {"responses": [], "chat": []}
+                prof = cProfile.Profile() if profile else None
+                calls = {"responses": 0, "chat": 0}
+                cpu: dict[str, list[float]] = {"responses": [], "chat": []}
+                began = [0.0]
+
+                def begin() -> float:
+                    if prof is not None:
+                        prof.enable()
+                    began[0] = time.thread_time()
+                    return time.perf_counter()
+
+                def first_at(start: float, target: str) -> float:
+                    took = time.perf_counter() - start
+                    cpu[target].append(time.thread_time() - began[0])
+                    if prof is not None:
+                        prof.disable()
+                        stats = pstats.Stats(prof)
+                        calls[target] += stats.total_calls  # type: ignore[attr-defined]
+                        prof.clear()
+                    return took
+
                 for i in range(chains):
                     previous: str | None = None
                     messages: list[dict[str, str]] = []
@@ -131,18 +174,18 @@ async def ttft(chains: int, turns: int) -> dict[str, float]:
                         body.update(stream=True, max_output_tokens=64)
                         if previous:
                             body["previous_response_id"] = previous
-                        start, first = time.perf_counter(), 0.0
+                        start, first = begin(), 0.0
                         async with client.stream("POST", "/v1/responses", json=body) as resp:
                             async for line in resp.aiter_lines():
                                 if not first and '"response.output_text.delta"' in line:
-                                    first = time.perf_counter() - start
+                                    first = first_at(start, "responses")
                                 if '"response.created"' in line and line[:6] == "data: ":
                                     previous = json.loads(line[6:])["response"]["id"]
                         got["responses"].append(first)
                         messages.append({"role": "user", "content": text})
                         chat = {"model": "scripted", "messages": messages, "stream": True,
                                 "max_tokens": 64}  # fmt: skip
-                        start, first, answer = time.perf_counter(), 0.0, ""
+                        start, first, answer = begin(), 0.0, ""
                         async with client.stream("POST", "/v1/chat/completions", json=chat) as resp:
                             async for line in resp.aiter_lines():
                                 if line[:7] != "data: {":
@@ -150,11 +193,31 @@ async def ttft(chains: int, turns: int) -> dict[str, float]:
                                 for choice in json.loads(line[6:]).get("choices") or []:
                                     piece = choice["delta"].get("content") or ""
                                     if piece and not first:
-                                        first = time.perf_counter() - start
+                                        first = first_at(start, "chat")
                                     answer += piece
                         got["chat"].append(first)
                         messages.append({"role": "assistant", "content": answer})
-                return {k: round(1000 * statistics.median(v), 2) for k, v in got.items()}
+                if profile:
+                    return {k: round(v / (chains * turns)) for k, v in calls.items()}
+                out = {k: round(1000 * statistics.median(v), 2) for k, v in got.items()}
+                if streamed:  # the event loop thread's CPU in the window (load-proof-ish)
+                    out |= {
+                        f"{k}_cpu_us": round(1e6 * statistics.median(v)) for k, v in cpu.items()
+                    }
+                return out
+
+
+def _streaming_transport() -> Any:
+    """``bench.asgi_stream.StreamingASGITransport``, loaded from this file's folder (a baseline
+    runs this file with another tree's ``bench`` package, which may not have it)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "asgi_stream.py"
+    spec = importlib.util.spec_from_file_location("_bench_asgi_stream", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.StreamingASGITransport
 
 
 def summary(values: list[float], scale: float) -> dict[str, float]:
@@ -172,7 +235,9 @@ def run_here(chains: int, turns: int, rounds: int) -> dict[str, Any]:
     return {
         "cpu_us": summary(per_turn, 1e6),
         "calls": summary(calls, 1.0),
-        "ttft_p50_ms": asyncio.run(ttft(4, 10)),
+        "ttft_p50_ms": asyncio.run(ttft(4, 10, streamed=True)),  # + the loop's CPU in it
+        "ttft_calls": asyncio.run(ttft(4, 10, streamed=True, profile=True)),
+        "whole_p50_ms": asyncio.run(ttft(4, 10)),
     }
 
 

@@ -5,6 +5,8 @@ runs an ``interrupt``/``rollback`` replaces, and the hand-over of the turn's lea
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.schema import AgentMessage
 from app.db.base import new_id, transient, utcnow
 from app.db.models import SEQ_BLOCK, Run
 from app.db.models import Session as SessionRow
@@ -23,6 +26,8 @@ from app.runtime.orphans import Orphans
 from app.runtime.store import RunStore, TurnLease
 from app.schemas.agents import AgentSpec
 from app.schemas.vocab import CancelMode, MultitaskStrategy, RunStatus
+
+log = logging.getLogger(__name__)
 
 
 async def _nothing_to_recover(_session_pk: str) -> bool:
@@ -57,8 +62,34 @@ class Submission:
 
 
 # Starts an admitted run's job: (submission, run, memory revision read at admission or None,
-# the turn's lease: the job takes what it holds, inline).
-Starter = Callable[[Submission, Run, int | None, TurnLease, bool], None]
+# the turn's lease: the job takes what it holds, inline, what ``Preparer`` made or None).
+Starter = Callable[[Submission, Run, int | None, TurnLease, bool, Any], None]
+# Makes what a submission's run needs before its model call (its agent) while the admission's
+# round trip is in flight; stores and starts nothing (a refused admission drops it).
+Preparer = Callable[[Submission], Any]
+
+
+class _Ahead:
+    """``prepare(sub)``, run by the event loop while the admission waits for the database
+    (scheduled, not awaited: it runs at the admission's first suspension, and not at all when
+    the admission completes without one, as on SQLite, where there is nothing to overlap)."""
+
+    def __init__(self, prepare: Preparer, sub: Submission) -> None:
+        self.prepare, self.sub = prepare, sub
+        self.made: Any = None
+        self.handle = asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        try:
+            self.made = self.prepare(self.sub)
+        except Exception:  # built again by the run's task, which reports the error
+            log.debug("preparing a run ahead of its admission failed", exc_info=True)
+
+    def take(self) -> Any:
+        """What was made (None: nothing, and it will not run now)."""
+        self.handle.cancel()
+        made, self.made = self.made, None
+        return made
 
 
 class Admissions:
@@ -78,6 +109,8 @@ class Admissions:
         self.orphans = orphans
         self.cancel = cancel
         self.start = start
+        # Builds a run's agent while its admission is in flight (None: when its turn begins).
+        self.prepare: Preparer | None = None
         # Whether this replica drains (SIGTERM): new turns get 503 ``draining`` (app/ops/drain.py).
         self.draining: Callable[[], bool] = lambda: False
         # Whether a session's active run belongs to a dead replica (app/runtime/liveness.py).
@@ -122,7 +155,14 @@ class Admissions:
 
     async def _submit(self, sub: Submission, lease: TurnLease, inline: bool) -> tuple[Run, bool]:
         async with self.locks.admission(sub.session.pk):
-            admitted = await self.store.admit(lease, new_run(sub), sub.strategy)
+            # The agent is built while the admission's round trip is in flight; the model is
+            # called only by the run's job, started below once the run is admitted. A refused
+            # admission (busy, a known Idempotency-Key, gone) drops what was built.
+            ahead = _Ahead(self.prepare, sub) if self.prepare is not None else None
+            try:
+                admitted = await self.store.admit(lease, new_run(sub), sub.strategy)
+            finally:
+                prepared = ahead.take() if ahead is not None else None
             run = admitted.run
             if not admitted.created:
                 return run, False
@@ -136,7 +176,7 @@ class Admissions:
                 )
                 for run_id in admitted.active:
                     await self.cancel(run_id, mode)
-            self.start(sub, run, admitted.rev, lease, inline)
+            self.start(sub, run, admitted.rev, lease, inline, prepared)
         return run, True
 
     @asynccontextmanager
@@ -159,8 +199,11 @@ class Admissions:
 def new_run(sub: Submission) -> Run:
     """The transient Run of a submission, ``running`` (the store's ``admit`` makes it
     ``queued`` when it must wait for the session)."""
-    # Parsed once: the job reads it back (input_message returns a message as it is).
-    sub.message = message = input_message(sub.message)
+    # Parsed once (a message is taken as it is: the caller made it for this turn); the job
+    # takes it from ``sub.message``.
+    message = sub.message
+    if not isinstance(message, AgentMessage):
+        sub.message = message = input_message(message)
     now = utcnow()
     return transient(
         Run,

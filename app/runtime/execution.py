@@ -17,9 +17,8 @@ from app.ops.logging import run_id_var
 from app.outbound import OutboundRefused
 from app.runtime.approvals import waiting_state
 from app.runtime.finish import finish, finish_safely, guard
-from app.runtime.jobs import Job, JobDeps, Turn
+from app.runtime.jobs import Job, JobDeps, Turn, prepare
 from app.runtime.kernels import kernel_turn
-from app.runtime.memory_cache import memory_nodes, plain_memories
 from app.runtime.runner import TurnResult, merge_state, resume_turn, run_turn
 from app.schemas.vocab import CancelMode, RunStatus, StopReason, cancel_outcome
 
@@ -111,11 +110,13 @@ async def execute(deps: JobDeps, job: Job) -> None:
 
 
 async def _begin(deps: JobDeps, job: Job, usage: Callable[[], Usage]) -> Turn:
-    """Build the agent and load the session's memory: from the in-process cache when the
-    stored revision matches (no rows read, nothing re-validated), else from the rows."""
-    agent = deps.build_agent(job.spec, job.agent_name)
-    nodes = memory_nodes(agent)
-    memories = plain_memories(nodes, job.session_key) if nodes is not None else None
+    """Build the agent (unless its admission did, ``Job.prepared``) and load the session's
+    memory: from the in-process cache when the stored revision matches (no rows read, nothing
+    re-validated), else from the rows."""
+    ready, job.prepared = job.prepared, None  # once: a second begin builds afresh
+    if ready is None:
+        ready = prepare(deps.build_agent, job.spec, job.agent_name, job.session_key)
+    agent, nodes, memories = ready.agent, ready.nodes, ready.memories
     rev, figures = job.rev, job.budget
     stored: dict[str, list[dict[str, Any]]] | None = None
     if job.run.status == RunStatus.QUEUED or rev is None:

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.llms.base import CallMeter
-from agents.memory import load_message
+from agents.memory import Memory, load_message
 from agents.schema import AgentMessage
 from app.db.models import Run
 from app.ops.budget import RunBudget
 from app.runtime.approvals import Resumption
 from app.runtime.budgets import BudgetFigures
 from app.runtime.events import RunChannel
-from app.runtime.memory_cache import MemoryCache, current
+from app.runtime.memory_cache import MemoryCache, current, memory_nodes, plain_memories
 from app.runtime.registry import ServableAgent
 from app.runtime.store import RunStore, TurnLease
 from app.schemas.agents import AgentSpec
@@ -49,6 +49,8 @@ class Job:
     finishing: bool = False
     # A run going on after a person's decisions (POST /v1/runs/{id}/resume), None for a new one.
     resume: Resumption | None = None
+    # Its agent, built while its admission was in flight (None: built when its turn begins).
+    prepared: Prepared | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -75,6 +77,30 @@ class Job:
     def session_key(self) -> str:
         """The session id agents and kernels see: ``<tenant>:<session>``."""
         return f"{self.tenant_id}:{self.session_id}"
+
+
+@dataclass
+class Prepared:
+    """A turn's agent before its memory is loaded: the agent, its memory owners (``nodes``,
+    None: via state_dict/load_state_dict) and the session's fresh, empty memories to fill
+    (``memories``, None: not plain lists). Building it stores and starts nothing."""
+
+    agent: Any
+    nodes: dict[str, Any] | None
+    memories: dict[str, Memory] | None
+
+
+def prepare(
+    build_agent: Callable[[AgentSpec, str | None], ServableAgent],
+    spec: AgentSpec,
+    agent_name: str,
+    session_key: str,
+) -> Prepared:
+    """Build the agent of a turn and its session's empty memories."""
+    agent = build_agent(spec, agent_name)
+    nodes = memory_nodes(agent)
+    memories = plain_memories(nodes, session_key) if nodes is not None else None
+    return Prepared(agent, nodes, memories)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agents.llms.base import CallMeter
+from agents.schema import AgentMessage
 from app.db.models import SEQ_BLOCK, Run
 from app.runtime.admission import Admissions, Submission
 from app.runtime.approvals import Resumption
@@ -24,7 +25,7 @@ from app.runtime.cancels import Cancels
 from app.runtime.events import Event, RunChannel
 from app.runtime.execution import execute
 from app.runtime.followers import LiveRuns
-from app.runtime.jobs import Job, JobDeps, input_message
+from app.runtime.jobs import Job, JobDeps, Prepared, input_message, prepare
 from app.runtime.memory_cache import Lists, MemoryCache
 from app.runtime.notify import CancelBus
 from app.runtime.orphans import Orphans
@@ -78,6 +79,7 @@ class RunManager:
             self.jobs, self.store, self.orphans, self.bus, cancel_timeout_s, self._background
         )
         self.admissions = Admissions(self.store, self.orphans, self.cancel, self._start)
+        self.admissions.prepare = self._prepare
         self.deps = JobDeps(
             self.store,
             build_agent,
@@ -159,6 +161,11 @@ class RunManager:
         """A transaction that may replace the session's memory (``Admissions.writing_memory``)."""
         return self.admissions.writing_memory(session_pk, session_id)
 
+    def _prepare(self, sub: Submission) -> Prepared:
+        """The agent of a submission's run, built while its admission is in flight."""
+        key = f"{sub.tenant_id}:{sub.session.id}"  # ``Job.session_key``
+        return prepare(self.build_agent, sub.spec, sub.agent_name, key)
+
     def _start(
         self,
         sub: Submission,
@@ -166,16 +173,21 @@ class RunManager:
         rev: int | None,
         lease: TurnLease,
         inline: bool = False,
+        prepared: Prepared | None = None,
     ) -> None:
         """Start the run's task (``inline``: the caller runs it, see ``run_here``); ``rev`` is
         the memory revision read at admission (None when the run is queued: it reads it, and
         the budget, when it starts); the job takes what ``lease`` holds (on PostgreSQL the
-        session's run lock when the admission took it)."""
+        session's run lock when the admission took it) and the agent built meanwhile
+        (``prepared``)."""
         channel = RunChannel(run.id, self.store, self.flush_s, SEQ_BLOCK, self.store_s)
         job = Job(
             run=run,
             spec=sub.spec,
-            message=input_message(sub.message),
+            # Parsed by the admission (``new_run``): no second copy (the agent copies it).
+            message=(
+                sub.message if isinstance(sub.message, AgentMessage) else input_message(sub.message)
+            ),
             gen_params=sub.gen_params or {},
             channel=channel,
             rev=rev,
@@ -183,6 +195,7 @@ class RunManager:
             charge_later=sub.charge_later,
             instructions=(sub.options or {}).get("instructions"),
             lease=lease.take(),
+            prepared=prepared,
         )
         # run.created is the first event (seq 1) of every run.
         channel.seed(EventType.RUN_CREATED, {"run": run_public(run)})

@@ -19,11 +19,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from agents.chat_agent import chat_message
+from agents.schema import AgentMessage
 from app.db.base import utcnow
 from app.db.models import ResponseContinuation, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, RunNotWaiting
-from app.runtime.messages import dump_message
 from app.schemas.agents import AgentSpec
 from app.schemas.responses import ResponseCreate
 from app.schemas.vocab import CancelMode, RunStatus
@@ -45,11 +45,12 @@ from app.state import AppState
 log = logging.getLogger(__name__)
 
 
-def run_message(agent: AgentInfo, inp: Input) -> dict[str, Any] | str:
-    """The run's input: the request's chat messages for a raw model (kind ``model``); the text
-    of its trailing user messages for an agent (its instructions are its own)."""
+def run_message(agent: AgentInfo, inp: Input) -> AgentMessage | str:
+    """The run's input: the request's chat messages for a raw model (kind ``model``, a
+    message the admission takes as it is: no dump and parse); the text of its trailing user
+    messages for an agent (its instructions are its own)."""
     if agent.spec.kind == "model":
-        return dump_message(chat_message("user", inp.text(), inp.messages))
+        return chat_message("user", inp.text(), inp.messages)
     return inp.text()
 
 

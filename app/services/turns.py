@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from agents.schema import AgentMessage
 from app.db.models import Run
 from app.errors import Conflict, Unavailable
 from app.ops.budget_store import tenant_budget
@@ -73,9 +74,10 @@ Disconnected = Callable[[], Awaitable[bool]]  # e.g. ``request.is_disconnected``
 class TurnRequest:
     """What a turn is asked to do (where it runs, tenant and session, is ``submit_turn``'s).
 
-    ``message``: the turn's input, one message: a string (from ``user``), a ``MessageIn``, or
-    an AgentMessage's dict (``sender``, ``content``, ``formatted``, ...); it is stored as the
-    run's ``input`` and added to the session's memory. ``gen_params``: LLM parameters for this
+    ``message``: the turn's input, one message: a string (from ``user``), a ``MessageIn``, an
+    AgentMessage's dict (``sender``, ``content``, ``formatted``, ...) or an ``AgentMessage``
+    (taken as it is: the caller must not change it afterwards); it is stored as the run's
+    ``input`` and added to the session's memory. ``gen_params``: LLM parameters for this
     turn, already validated (``GenParams.to_kwargs()``), over the spec's. ``strategy``: the
     multitask strategy when the session is busy (``reject``, ``enqueue``, ``interrupt``,
     ``rollback``; None: the agent's default, else ``reject``). ``stream``: the caller follows
@@ -92,7 +94,7 @@ class TurnRequest:
     Responses API's ``response`` metadata), read back from the stored run.
     """
 
-    message: MessageIn | str | dict[str, Any]
+    message: MessageIn | str | dict[str, Any] | AgentMessage
     gen_params: dict[str, Any] = field(default_factory=dict)
     strategy: str | None = None
     stream: bool = False

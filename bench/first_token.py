@@ -1,0 +1,315 @@
+"""Where a stored turn's time to its first token goes, in process (scripted model).
+
+The app runs in this process (SQLite in a temporary file, or a fresh PostgreSQL database at
+127.0.0.1:5432), driven through httpx's ASGI transport, one request at a time. Each turn is
+streamed; the window measured is from the request's send to the client's first text delta.
+
+- ``responses``: stored ``/v1/responses`` chain turns (each naming the previous response);
+- ``session``: ``POST /v1/sessions/{id}/messages`` turns of one session, streamed;
+- ``chat``: the same text as a streamed chat completion to the raw model (nothing stored).
+
+Per target: the median wall time and loop-thread CPU (``time.thread_time``) of the window and
+of its steps, marked by wrappers around the turn path's functions (the chain-end lookup,
+``submit_turn``, the store's admission, the run's first step, the agent built with its memory,
+the run's first delta, the client's first delta); in a second pass, the Python (and C) calls of
+each step (``sys.setprofile`` counting: load-proof); with ``--top``, a cProfile of the windows
+(the functions that cost most in them).
+
+``python -m bench.first_token [--db sqlite|postgres] [--turns 40] [--top 25]``: run from a
+tree's root to measure that tree's code; another tree's: from its root, with ``PYTHONPATH``
+naming it, run this file through ``runpy.run_path`` (as bench/responses_chain_cpu.py's
+``--baseline`` does: run as a script, bench/profile.py would shadow the standard library's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import itertools
+import json
+import logging
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+KEY = "bench-key"
+REPLY = " ".join(f"word{i}" for i in range(64))
+Marks = list[tuple[str, float, float, int]]
+MARKS: Marks = []  # (name, wall, thread CPU, calls so far) of the turn being measured
+CALLS = [0]  # Python and C calls counted by ``_count`` (the counting pass)
+
+
+SEGMENT: list[Any] = []  # (profiler, from mark, to mark): ``--segment`` profiles only that
+
+
+def mark(name: str) -> None:
+    MARKS.append((name, time.perf_counter(), time.thread_time(), CALLS[0]))
+    if SEGMENT and SEGMENT[0] is not None:  # the profiled pass
+        prof, start, end = SEGMENT
+        if name == start:
+            prof.enable()
+        elif name == end:
+            prof.disable()
+
+
+def _count(_frame: Any, event: str, _arg: Any) -> None:
+    if event == "call" or event == "c_call":
+        CALLS[0] += 1
+
+
+def _wrap_async(owner: Any, attr: str, before: str | None, after: str | None) -> None:
+    original = getattr(owner, attr)
+
+    async def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if before:
+            mark(before)
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            if after:
+                mark(after)
+
+    setattr(owner, attr, wrapped)
+
+
+def instrument() -> None:
+    """Marks at the turn path's steps (names that a tree lacks are skipped)."""
+    from app.runtime import execution, runs
+    from app.runtime.events import RunChannel
+    from app.services import responses, responses_plan, turns
+
+    _wrap_async(responses_plan, "chain_end", "chain_end<", "chain_end>")
+    _wrap_async(responses, "submit_turn", "submit<", "submit>")
+    _wrap_async(turns, "prepare_submission", None, "looked_up")
+    for name in ("execute",):
+        if hasattr(runs, name):
+            _wrap_async(runs, name, "task_step", None)
+    if hasattr(execution, "_begin"):
+        _wrap_async(execution, "_begin", None, "agent_ready")
+    original_delta = RunChannel.delta
+
+    async def delta(self: RunChannel, *args: Any, **kwargs: Any) -> None:
+        if not any(m[0] == "run_delta" for m in MARKS):
+            mark("run_delta")
+        await original_delta(self, *args, **kwargs)
+
+    RunChannel.delta = delta  # type: ignore[method-assign]
+
+
+def instrument_store(store: Any) -> None:
+    for name in ("admit",):
+        _wrap_async(store, name, "admit<", "admit>")
+
+
+@asynccontextmanager
+async def app_client(db: str, gap_s: float) -> AsyncIterator[Any]:
+    import httpx
+    from asgi_lifespan import LifespanManager
+
+    from app.db.migrate import upgrade
+    from app.main import create_app
+    from app.settings import Settings
+
+    StreamingASGITransport = _streaming_transport()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if db == "postgres":
+            from bench.common import reset_postgres_db
+
+            tree = Path.cwd()
+            name = "agentstation_bench_first_token"
+            url = await asyncio.to_thread(reset_postgres_db, name, tree)
+        else:
+            url = f"sqlite+aiosqlite:///{Path(tmp) / 'first.db'}"
+            await asyncio.to_thread(upgrade, url)
+        models = [{"name": "scripted", "backend": "scripted", "replies": [REPLY],
+                   "chunk_delay_s": gap_s}]  # fmt: skip
+        settings = Settings(database_url=url, models=json.dumps(models), api_keys=f"a:{KEY}",
+                            sandbox_enabled=False, access_log=False)  # fmt: skip
+        app = create_app(settings)
+        async with LifespanManager(app):
+            for name in ("httpx", "agentstation.runs"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+            instrument_store(app.state.agentstation.run_manager.store)
+            transport = StreamingASGITransport(app)
+            headers = {"Authorization": f"Bearer {KEY}"}
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://t", headers=headers
+            ) as client:
+                yield client
+
+
+def _streaming_transport() -> Any:
+    """``bench/asgi_stream.py``'s transport, loaded from this file's folder (run on another
+    tree's code, ``PYTHONPATH`` names a ``bench`` package that may not have it)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "asgi_stream.py"
+    spec = importlib.util.spec_from_file_location("_bench_asgi_stream", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.StreamingASGITransport
+
+
+Turn = Callable[[Any, int, Callable[[], None]], Any]
+
+
+def responses_turn() -> Turn:
+    previous: list[str | None] = [None]
+
+    async def turn(client: Any, k: int, first: Callable[[], None]) -> None:
+        body: dict[str, Any] = {"model": "scripted", "input": f"turn {k}: tell me a story.",
+                                "stream": True, "max_output_tokens": 64}  # fmt: skip
+        if previous[0]:
+            body["previous_response_id"] = previous[0]
+        seen = False
+        async with client.stream("POST", "/v1/responses", json=body) as resp:
+            assert resp.status_code == 200, await resp.aread()
+            async for line in resp.aiter_lines():
+                if not seen and '"response.output_text.delta"' in line:
+                    seen = True
+                    first()
+                if '"response.created"' in line and line[:6] == "data: ":
+                    previous[0] = json.loads(line[6:])["response"]["id"]
+
+    return turn
+
+
+def session_turn(session: str) -> Turn:
+    async def turn(client: Any, k: int, first: Callable[[], None]) -> None:
+        body = {"message": f"turn {k}: tell me a story.", "stream": True}
+        seen = False
+        async with client.stream("POST", f"/v1/sessions/{session}/messages", json=body) as resp:
+            assert resp.status_code == 200, await resp.aread()
+            async for line in resp.aiter_lines():
+                if not seen and "message.delta" in line:
+                    seen = True
+                    first()
+
+    return turn
+
+
+def chat_turn() -> Turn:
+    async def turn(client: Any, k: int, first: Callable[[], None]) -> None:
+        user = {"role": "user", "content": f"turn {k}: tell me a story."}
+        body = {"model": "scripted", "stream": True, "max_tokens": 64, "messages": [user]}
+        seen = False
+        async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+            async for line in resp.aiter_lines():
+                if not seen and '"content":"' in line.replace(" ", ""):
+                    seen = True
+                    first()
+
+    return turn
+
+
+async def run_target(client: Any, target: str, turns: int, mode: str) -> dict[str, Any]:
+    """Per step: median wall and CPU (``mode`` "timed"), calls ("counted": ``sys.setprofile``
+    counts every call, per step), or a cProfile of the windows ("profiled")."""
+    if target == "session":
+        await client.post("/v1/agents", json={"name": "bench", "spec": {"model": "scripted"}})
+        made = await client.post("/v1/sessions", json={"agent": "bench"})
+        assert made.status_code in (200, 201), made.text
+        turn = session_turn(made.json()["id"])
+    else:
+        turn = responses_turn() if target == "responses" else chat_turn()
+    for k in range(5):  # warm up: caches, first-use paths
+        await turn(client, k, lambda: None)
+    prof = cProfile.Profile() if mode == "profiled" else None
+    if prof is not None and SEGMENT:
+        SEGMENT[0] = prof
+        prof = None  # enabled and disabled by ``mark``
+    steps: dict[str, list[tuple[float, float, int]]] = {}
+    for k in range(turns):
+        MARKS.clear()
+
+        def first() -> None:
+            mark("client_delta")
+            if prof is not None:
+                prof.disable()
+            if mode == "counted":
+                sys.setprofile(None)
+
+        mark("send")
+        if prof is not None:
+            prof.enable()
+        if mode == "counted":
+            sys.setprofile(_count)
+        await turn(client, 5 + k, first)
+        sys.setprofile(None)
+        names = [m[0] for m in MARKS]
+        if "client_delta" not in names:
+            continue
+        end = names.index("client_delta")
+        window = MARKS[: end + 1]
+        for (_, w0, c0, n0), (name, w1, c1, n1) in itertools.pairwise(window):
+            steps.setdefault(name, []).append((w1 - w0, c1 - c0, n1 - n0))
+        first_mark, last = window[0], window[-1]
+        total = (last[1] - first_mark[1], last[2] - first_mark[2], last[3] - first_mark[3])
+        steps.setdefault("TOTAL", []).append(total)
+    if mode == "counted":
+        return {name: round(statistics.median(n for _, _, n in v)) for name, v in steps.items()}
+    out: dict[str, Any] = {
+        name: {
+            "wall_us": round(1e6 * statistics.median(w for w, _, _ in v)),
+            "cpu_us": round(1e6 * statistics.median(c for _, c, _ in v)),
+            "wall_max_us": round(1e6 * max(w for w, _, _ in v)),
+            "n": len(v),
+        }
+        for name, v in steps.items()
+    }
+    if mode == "profiled":
+        stats = pstats.Stats(SEGMENT[0] if SEGMENT else prof)
+        out["calls_per_turn"] = round(stats.total_calls / turns)  # type: ignore[attr-defined]
+        out["_stats"] = stats
+    return out
+
+
+async def main_async(db: str, targets: list[str], turns: int, top: int, gap_s: float) -> None:
+    instrument()
+    for target in targets:
+        async with app_client(db, gap_s) as client:
+            timed = await run_target(client, target, turns, "timed")
+        async with app_client(db, gap_s) as client:
+            counted = await run_target(client, target, turns, "counted")
+        for name, calls in counted.items():
+            timed[name]["calls"] = calls
+        print(json.dumps({"db": db, "target": target, "steps": timed}), flush=True)
+        if top:
+            async with app_client(db, gap_s) as client:
+                profiled = await run_target(client, target, turns, "profiled")
+            stats = profiled.pop("_stats")
+            for order in ("tottime", "cumulative"):
+                buf = io.StringIO()
+                stats.stream = buf
+                stats.sort_stats(order).print_stats(top)
+                print(f"--- {target} top {top} by {order} ({turns} turns) ---")
+                print(buf.getvalue().split("ncalls", 1)[-1][:20000])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--targets", nargs="+", default=["responses", "session", "chat"])
+    parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--segment", nargs=2, help="profile only from one mark to another")
+    parser.add_argument("--gap-ms", type=float, default=1.0, help="the model's time per token")
+    args = parser.parse_args(argv)
+    if args.segment:
+        SEGMENT[:] = [None, *args.segment]
+    asyncio.run(main_async(args.db, args.targets, args.turns, args.top, args.gap_ms / 1000))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
