@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -46,6 +45,8 @@ from bench.common import (
     http_json,
     pg_db_name,
     reset_postgres_db,
+    stream_figures,
+    ttft_growth,
 )
 from bench.engine import ENGINE, ENGINE_ENV, MAX_TOKENS, START_TIMEOUT_S, one_stream, vllm_server
 from bench.load import wait_idle
@@ -148,12 +149,7 @@ async def load_round(url: str, concurrency: int, per_worker: int, sessions: bool
         start = time.perf_counter()
         results = [r for rs in await asyncio.gather(*map(worker, range(concurrency))) for r in rs]
         wall = time.perf_counter() - start
-    tokens = sum(t for _, t in results)
-    return {
-        "tok_s": tokens / wall,
-        "ttft_p50_ms": 1000 * statistics.median(t for t, _ in results),
-        "tokens": tokens,
-    }
+    return stream_figures(results, wall)
 
 
 async def history(url: str, session: int) -> list[float]:
@@ -174,21 +170,16 @@ def history_rows(gateways: dict[str, str], db: str, sessions: int) -> list[dict[
     for k in range(sessions):
         for name, url in gateways.items():
             ttfts[name].append(asyncio.run(history(url, k)))
-    rows = []
-    for name, runs in ttfts.items():
-        rows.append(
-            {
-                "db": db,
-                "server": name,
-                "history_turns": HISTORY_TURNS,
-                "sessions": len(runs),
-                "ttft_first_ms": round(1000 * statistics.median(r[0] for r in runs), 1),
-                "ttft_last_ms": round(1000 * statistics.median(r[-1] for r in runs), 1),
-                "ratio": round(statistics.median(r[-1] / r[0] for r in runs), 2),
-                "ratios": [round(r[-1] / r[0], 2) for r in runs],
-            }
-        )
-    return rows
+    return [
+        {
+            "db": db,
+            "server": name,
+            "history_turns": HISTORY_TURNS,
+            "sessions": len(runs),
+            **ttft_growth(runs),
+        }
+        for name, runs in ttfts.items()
+    ]
 
 
 def measure(

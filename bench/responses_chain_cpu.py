@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import json
 import logging
@@ -28,15 +29,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
 
 KEY = "bench-key"
 REPLY = " ".join(f"word{i}" for i in range(64))
 
 
-async def measure(chains: int, turns: int, profile: bool) -> list[float]:
-    """Per turn number: CPU seconds per turn (or Python calls per turn with ``profile``)."""
+@contextlib.asynccontextmanager
+async def _app_client(db_file: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The app, started in this process on a fresh SQLite database (``db_file``) with the
+    scripted model answering REPLY, and a client with its key through the ASGI transport."""
     import httpx
     from asgi_lifespan import LifespanManager
 
@@ -45,7 +52,7 @@ async def measure(chains: int, turns: int, profile: bool) -> list[float]:
     from app.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'chains.db'}"
+        url = f"sqlite+aiosqlite:///{Path(tmp) / db_file}"
         await asyncio.to_thread(upgrade, url)
         models = [{"name": "scripted", "backend": "scripted", "replies": [REPLY]}]
         settings = Settings(database_url=url, models=json.dumps(models), api_keys=f"a:{KEY}",
@@ -59,102 +66,87 @@ async def measure(chains: int, turns: int, profile: bool) -> list[float]:
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://t", headers=headers
             ) as client:
+                yield client
 
-                async def turn(text: str, previous: str | None) -> str:
-                    body: dict[str, Any] = {"model": "scripted", "input": text, "stream": True,
-                                            "max_output_tokens": 64, "temperature": 0}  # fmt: skip
-                    if previous:
-                        body["previous_response_id"] = previous
-                    rid = ""
-                    async with client.stream("POST", "/v1/responses", json=body) as resp:
-                        assert resp.status_code == 200, await resp.aread()
-                        async for line in resp.aiter_lines():
-                            if not rid and '"response.created"' in line and line[:6] == "data: ":
-                                rid = json.loads(line[6:])["response"]["id"]
-                    return rid
 
-                warm: str | None = None
-                for k in range(3):
-                    warm = await turn(f"warm {k}", warm)
-                previous: list[str | None] = [None] * chains
-                out = []
-                for k in range(turns):
-                    prof = cProfile.Profile() if profile else None
-                    if prof is not None:
-                        prof.enable()
-                    start = time.thread_time()
-                    for i in range(chains):
-                        text = f"Chain {i}, turn {k + 1}: tell me a story."
-                        previous[i] = await turn(text, previous[i])
-                    cpu = time.thread_time() - start
-                    if prof is not None:
-                        prof.disable()
-                        calls = pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
-                        out.append(calls / chains)
-                    else:
-                        out.append(cpu / chains)
-                return out
+async def measure(chains: int, turns: int, profile: bool) -> list[float]:
+    """Per turn number: CPU seconds per turn (or Python calls per turn with ``profile``)."""
+    async with _app_client("chains.db") as client:
+
+        async def turn(text: str, previous: str | None) -> str:
+            body: dict[str, Any] = {"model": "scripted", "input": text, "stream": True,
+                                    "max_output_tokens": 64, "temperature": 0}  # fmt: skip
+            if previous:
+                body["previous_response_id"] = previous
+            rid = ""
+            async with client.stream("POST", "/v1/responses", json=body) as resp:
+                assert resp.status_code == 200, await resp.aread()
+                async for line in resp.aiter_lines():
+                    if not rid and '"response.created"' in line and line[:6] == "data: ":
+                        rid = json.loads(line[6:])["response"]["id"]
+            return rid
+
+        warm: str | None = None
+        for k in range(3):
+            warm = await turn(f"warm {k}", warm)
+        previous: list[str | None] = [None] * chains
+        out = []
+        for k in range(turns):
+            prof = cProfile.Profile() if profile else None
+            if prof is not None:
+                prof.enable()
+            start = time.thread_time()
+            for i in range(chains):
+                text = f"Chain {i}, turn {k + 1}: tell me a story."
+                previous[i] = await turn(text, previous[i])
+            cpu = time.thread_time() - start
+            if prof is not None:
+                prof.disable()
+                calls = pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
+                out.append(calls / chains)
+            else:
+                out.append(cpu / chains)
+        return out
 
 
 async def ttft(chains: int, turns: int) -> dict[str, float]:
     """TTFT p50 (ms, request sent -> first text delta) of stored chain turns and of the same
     turns as chat completions (the client resending the history), alternating turn by turn."""
-    import httpx
-    from asgi_lifespan import LifespanManager
-
-    from app.db.migrate import upgrade
-    from app.main import create_app
-    from app.settings import Settings
-
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'ttft.db'}"
-        await asyncio.to_thread(upgrade, url)
-        models = [{"name": "scripted", "backend": "scripted", "replies": [REPLY]}]
-        settings = Settings(database_url=url, models=json.dumps(models), api_keys=f"a:{KEY}",
-                            sandbox_enabled=False, access_log=False)  # fmt: skip
-        app = create_app(settings)
-        async with LifespanManager(app):
-            for name in ("httpx", "agentstation.runs"):
-                logging.getLogger(name).setLevel(logging.WARNING)
-            transport = httpx.ASGITransport(app=app)
-            headers = {"Authorization": f"Bearer {KEY}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://t", headers=headers
-            ) as client:
-                got: dict[str, list[float]] = {"responses": [], "chat": []}
-                for i in range(chains):
-                    previous: str | None = None
-                    messages: list[dict[str, str]] = []
-                    for k in range(turns):
-                        text = f"Chain {i}, turn {k + 1}: tell me a story."
-                        body: dict[str, Any] = {"model": "scripted", "input": text}
-                        body.update(stream=True, max_output_tokens=64)
-                        if previous:
-                            body["previous_response_id"] = previous
-                        start, first = time.perf_counter(), 0.0
-                        async with client.stream("POST", "/v1/responses", json=body) as resp:
-                            async for line in resp.aiter_lines():
-                                if not first and '"response.output_text.delta"' in line:
-                                    first = time.perf_counter() - start
-                                if '"response.created"' in line and line[:6] == "data: ":
-                                    previous = json.loads(line[6:])["response"]["id"]
-                        got["responses"].append(first)
-                        messages.append({"role": "user", "content": text})
-                        chat = {"model": "scripted", "messages": messages, "stream": True,
-                                "max_tokens": 64}  # fmt: skip
-                        start, first, answer = time.perf_counter(), 0.0, ""
-                        async with client.stream("POST", "/v1/chat/completions", json=chat) as resp:
-                            async for line in resp.aiter_lines():
-                                if line[:7] != "data: {":
-                                    continue
-                                for choice in json.loads(line[6:]).get("choices") or []:
-                                    piece = choice["delta"].get("content") or ""
-                                    if piece and not first:
-                                        first = time.perf_counter() - start
-                                    answer += piece
-                        got["chat"].append(first)
-                        messages.append({"role": "assistant", "content": answer})
-                return {k: round(1000 * statistics.median(v), 2) for k, v in got.items()}
+    async with _app_client("ttft.db") as client:
+        got: dict[str, list[float]] = {"responses": [], "chat": []}
+        for i in range(chains):
+            previous: str | None = None
+            messages: list[dict[str, str]] = []
+            for k in range(turns):
+                text = f"Chain {i}, turn {k + 1}: tell me a story."
+                body: dict[str, Any] = {"model": "scripted", "input": text}
+                body.update(stream=True, max_output_tokens=64)
+                if previous:
+                    body["previous_response_id"] = previous
+                start, first = time.perf_counter(), 0.0
+                async with client.stream("POST", "/v1/responses", json=body) as resp:
+                    async for line in resp.aiter_lines():
+                        if not first and '"response.output_text.delta"' in line:
+                            first = time.perf_counter() - start
+                        if '"response.created"' in line and line[:6] == "data: ":
+                            previous = json.loads(line[6:])["response"]["id"]
+                got["responses"].append(first)
+                messages.append({"role": "user", "content": text})
+                chat = {"model": "scripted", "messages": messages, "stream": True,
+                        "max_tokens": 64}  # fmt: skip
+                start, first, answer = time.perf_counter(), 0.0, ""
+                async with client.stream("POST", "/v1/chat/completions", json=chat) as resp:
+                    async for line in resp.aiter_lines():
+                        if line[:7] != "data: {":
+                            continue
+                        for choice in json.loads(line[6:]).get("choices") or []:
+                            piece = choice["delta"].get("content") or ""
+                            if piece and not first:
+                                first = time.perf_counter() - start
+                            answer += piece
+                got["chat"].append(first)
+                messages.append({"role": "assistant", "content": answer})
+        return {k: round(1000 * statistics.median(v), 2) for k, v in got.items()}
 
 
 def summary(values: list[float], scale: float) -> dict[str, float]:

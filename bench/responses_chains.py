@@ -49,6 +49,8 @@ from bench.common import (
     baseline_tree,
     compare_row,
     free_port,
+    stream_figures,
+    ttft_growth,
 )
 from bench.engine import ENGINE_ENV, MAX_TOKENS, START_TIMEOUT_S, vllm_server
 from bench.engine_sessions import MAX_MODEL_LEN, session_gateway
@@ -170,13 +172,7 @@ async def concurrent_round(
             *(chain(http, kind, url, f"{tag}-{i}", turns) for i in range(chains))
         )
         wall = time.perf_counter() - start
-    turns_done = [t for run in runs for t in run]
-    tokens = sum(n for _, n in turns_done)
-    return {
-        "tok_s": tokens / wall,
-        "ttft_p50_ms": 1000 * statistics.median(t for t, _ in turns_done),
-        "tokens": tokens,
-    }
+    return stream_figures([t for run in runs for t in run], wall)
 
 
 async def history_chain(kind: str, url: str, tag: str, turns: int) -> list[float]:
@@ -219,19 +215,10 @@ def measure(
             tag = f"history-{name}-{k}"
             ttfts[name].append(run(history_chain(kind, url, tag, history_turns), server))
     for name, runs in ttfts.items():
-        rows.append(
-            {
-                "server": name,
-                "history_turns": history_turns,
-                "chains": len(runs),
-                "ttft_first_ms": round(1000 * statistics.median(r[0] for r in runs), 1),
-                "ttft_last_ms": round(1000 * statistics.median(r[-1] for r in runs), 1),
-                "ratio": round(statistics.median(r[-1] / r[0] for r in runs), 2),
-                "ratios": [round(r[-1] / r[0], 2) for r in runs],
-                # steadier, not the goal's definition: the last 3 turns over the first 3
-                "ratio_3": round(statistics.median(sum(r[-3:]) / sum(r[:3]) for r in runs), 2),
-            }
-        )
+        row = {"server": name, "history_turns": history_turns, "chains": len(runs)}
+        # ratio_3: steadier, not the goal's definition: the last 3 turns over the first 3
+        ratio_3 = round(statistics.median(sum(r[-3:]) / sum(r[:3]) for r in runs), 2)
+        rows.append({**row, **ttft_growth(runs), "ratio_3": ratio_3})
     return rows
 
 
