@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,7 +36,6 @@ from typing import Any
 import aiohttp
 
 from bench.common import (
-    RESULTS_DIR,
     ServerProcess,
     baseline_tree,
     compare_row,
@@ -50,7 +48,7 @@ from bench.common import (
 )
 from bench.engine import ENGINE, ENGINE_ENV, MAX_TOKENS, START_TIMEOUT_S, one_stream, vllm_server
 from bench.load import wait_idle
-from bench.report import markdown_table
+from bench.report import finish_standalone
 
 CONCURRENCY = (8, 32)
 HISTORY_TURNS = 20
@@ -333,23 +331,10 @@ def main(argv: list[str] | None = None) -> int:
                 for row in got:
                     print(json.dumps(row), flush=True)
                     rows.append(row)
-    result: dict[str, Any] = {
-        "name": "engine_sessions",
-        "command": " ".join(["python -m bench.engine_sessions", *(argv or sys.argv[1:])]),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-        "goals": goals(rows),
-        "sidebyside": sidebyside(rows),
-    }
-    # A side-by-side sitting keeps its own file: the plain run's figures stay as they were.
-    out = "engine_sessions" + ("-sidebyside" if args.baseline is not None else "") + ".json"
-    if not args.quick:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / out).write_text(json.dumps(result, indent=2) + "\n")
-    for g in result["goals"]:
-        print(json.dumps(g), flush=True)
-    if result["sidebyside"]:
-        print(markdown_table(result["sidebyside"]), flush=True)
+    finish_standalone(
+        "engine_sessions", argv, rows, goals(rows), sidebyside(rows),
+        baseline=args.baseline is not None, write=not args.quick,
+    )  # fmt: skip
     return 0
 
 

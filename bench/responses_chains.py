@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Coroutine
@@ -44,7 +43,6 @@ import aiohttp
 
 from bench.common import (
     BENCH_DIR,
-    RESULTS_DIR,
     ServerProcess,
     baseline_tree,
     compare_row,
@@ -55,7 +53,7 @@ from bench.common import (
 from bench.engine import ENGINE_ENV, MAX_TOKENS, START_TIMEOUT_S, vllm_server
 from bench.engine_sessions import MAX_MODEL_LEN, session_gateway
 from bench.load import wait_idle
-from bench.report import markdown_table
+from bench.report import finish_standalone
 
 CONCURRENCY = (1, 8, 32)
 HISTORY_TURNS = 20
@@ -326,22 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure(targets, args.rounds, args.turns, args.history_chains, history_turns)
     for row in rows[len(CONCURRENCY) :]:  # the history rows (the others were printed)
         print(json.dumps(row), flush=True)
-    result: dict[str, Any] = {
-        "name": "responses_chains",
-        "command": " ".join(["python -m bench.responses_chains", *(argv or sys.argv[1:])]),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-        "goals": goals(rows),
-        "sidebyside": sidebyside(rows),
-    }
-    for g in result["goals"]:
-        print(json.dumps(g), flush=True)
-    if result["sidebyside"]:
-        print(markdown_table(result["sidebyside"]), flush=True)
-    if not args.quick:
-        out = "responses_chains" + ("-sidebyside" if args.baseline is not None else "") + ".json"
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / out).write_text(json.dumps(result, indent=2) + "\n")
+    finish_standalone(
+        "responses_chains", argv, rows, goals(rows), sidebyside(rows),
+        baseline=args.baseline is not None, write=not args.quick,
+    )  # fmt: skip
     return 0
 
 
