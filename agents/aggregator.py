@@ -44,16 +44,22 @@ class DefaultAggregator:
         parser: Any = None,
         system_instruction: SystemInstruction | None = None,
     ) -> Messages:
-        """The chat messages for the next model call."""
-        out: Messages = []
-        if system_instruction:
-            out.extend(self.aggregate_system_instruction(system_instruction))
+        """The chat messages for the next model call: the system instruction's, then those
+        ``_render`` makes of the memory."""
+        out = self.aggregate_system_instruction(system_instruction) if system_instruction else []
+        self._render(out, _messages_of(messages), name, parser)
+        return out
+
+    def _render(
+        self, out: Messages, messages: Sequence[AgentMessage], name: str, parser: Any
+    ) -> None:
+        """Append the chat messages for ``messages`` (``name``'s own and the others') to ``out``."""
         # One pass over the whole history per model call: kept tight (no lookups in the last
         # turn's dict, no conversion of text that is already a string).
         last = out[-1] if out else None
         merge = last is not None and last["role"] == "user" and isinstance(last["content"], str)
         append = out.append
-        for message in _messages_of(messages):
+        for message in messages:
             content = message.content
             if message.sender == name:
                 if type(content) is not str:
@@ -70,7 +76,6 @@ class DefaultAggregator:
                 last = {"role": "user", "content": content}
                 append(last)
                 merge = isinstance(content, str)
-        return out
 
     @staticmethod
     def aggregate_system_instruction(system_instruction: SystemInstruction) -> Messages:
@@ -116,22 +121,15 @@ class ToolAggregator(DefaultAggregator):
         self.user_names = user_names or ["user"]
         self.few_shot = few_shot or []
 
-    def aggregate(
-        self,
-        messages: Memory | Iterable[AgentMessage] | None,
-        name: str,
-        parser: Any = None,
-        system_instruction: SystemInstruction | None = None,
-    ) -> Messages:
-        out: Messages = []
-        if system_instruction:
-            out.extend(self.aggregate_system_instruction(system_instruction))
+    def _render(
+        self, out: Messages, messages: Sequence[AgentMessage], name: str, parser: Any
+    ) -> None:
         out.extend(self._tool_instruction(parser))
         for shot in self.few_shot:
             out.extend(self._render_shot(shot, parser))
         tool_type = None
         call_id = None  # a native call's id: its result goes back as a ``tool`` message
-        for message in _messages_of(messages):
+        for message in messages:
             if message.sender == name:
                 formatted = message.formatted
                 if _is_tool_parse(formatted) and hasattr(parser, "format_message"):
@@ -150,7 +148,6 @@ class ToolAggregator(DefaultAggregator):
                 call_id = None
             else:
                 out.append(self._environment(str(_content(message)), tool_type))
-        return out
 
     def _environment(self, content: str, tool_type: str | None) -> dict[str, Any]:
         if not content.startswith(self.environment_begin):

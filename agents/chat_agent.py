@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from agents.agent import AsyncAgent
-from agents.aggregator import DefaultAggregator, Messages, SystemInstruction, _messages_of
+from agents.aggregator import DefaultAggregator, Messages
 from agents.memory import Memory, SessionId
 from agents.native import merge_tool_calls
 from agents.schema import AgentMessage, AgentStatusCode
@@ -41,17 +41,10 @@ def chat_message(
 class ChatAggregator(DefaultAggregator):
     """Entries with chat messages become those messages; others as ``DefaultAggregator``."""
 
-    def aggregate(
-        self,
-        messages: Memory | Iterable[AgentMessage] | None,
-        name: str,
-        parser: Any = None,
-        system_instruction: SystemInstruction | None = None,
-    ) -> Messages:
-        out: Messages = []
-        if system_instruction:
-            out.extend(self.aggregate_system_instruction(system_instruction))
-        for message in _messages_of(messages):
+    def _render(
+        self, out: Messages, messages: Sequence[AgentMessage], name: str, parser: Any
+    ) -> None:
+        for message in messages:
             formatted = message.formatted
             if isinstance(formatted, dict) and isinstance(formatted.get(CHAT_KEY), list):
                 out.extend(dict(m) for m in formatted[CHAT_KEY])
@@ -65,7 +58,6 @@ class ChatAggregator(DefaultAggregator):
                         "content": content if isinstance(content, str) else str(content),
                     }
                 )
-        return out
 
 
 class ChatAgent(AsyncAgent):

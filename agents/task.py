@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any, ClassVar
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from agents.agent import AsyncAgent, BaseAgent
 from agents.chat_document import plain_message
@@ -28,6 +29,8 @@ from agents.tool_message import RESULT_TOOLS
 
 DoneRule = Callable[[AgentMessage], bool] | str
 UserResponder = Callable[[AgentMessage | None], str | Awaitable[str | None] | None]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class Task(AsyncAgent):
@@ -364,27 +367,25 @@ async def run_batch_tasks_async(
     return out
 
 
-def run_batch_tasks(
-    task: Task,
-    items: Sequence[Any],
-    input_map: Callable[[Any], AgentMessage | str] = str,
-    output_map: Callable[[TaskResult | None], Any] = lambda x: x,
-    stop_on_first_result: bool = False,
-    sequential: bool = True,
-    batch_size: int | None = None,
-    turns: int = -1,
-    max_cost: float = 0.0,
-    max_tokens: int = 0,
-) -> list[Any]:
-    """``run_batch_tasks_async`` from sync code (langroid's ``run_batch_tasks``)."""
-    from agents.utils import run_sync
+def _sync_front(fn: Callable[_P, Coroutine[Any, Any, _R]], name: str, doc: str) -> Callable[_P, _R]:
+    """``fn`` (a coroutine function) as a function of the same parameters for sync code."""
 
-    return run_sync(
-        run_batch_tasks_async(
-            task, items, input_map, output_map, stop_on_first_result, sequential, batch_size,
-            turns, max_cost, max_tokens,
-        )
-    )  # fmt: skip
+    @functools.wraps(fn)
+    def front(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        from agents.utils import run_sync
+
+        return run_sync(fn(*args, **kwargs))
+
+    front.__name__ = front.__qualname__ = name
+    front.__doc__ = doc
+    return front
+
+
+run_batch_tasks = _sync_front(
+    run_batch_tasks_async,
+    "run_batch_tasks",
+    """``run_batch_tasks_async`` from sync code (langroid's ``run_batch_tasks``).""",
+)
 
 
 def _constant(answer: str) -> UserResponder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy.exc
 from pydantic import BaseModel
@@ -42,6 +42,7 @@ class AppError(Exception):
     status = 500
     type = "server_error"
     code = "internal_error"
+    default_headers: ClassVar[dict[str, str]] = {}  # the response's headers unless given
 
     def __init__(
         self,
@@ -56,7 +57,7 @@ class AppError(Exception):
         self.param = param
         if code is not None:
             self.code = code
-        self.headers = headers or {}
+        self.headers = {**self.default_headers, **(headers or {})}
 
     def body(self, request_id: str | None = None) -> dict[str, Any]:
         """The OpenAI error envelope (with the request id when given)."""
@@ -135,18 +136,7 @@ class Unavailable(AppError):
     status = 503
     type = "server_error"
     code = "engine_unavailable"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(
-            message, param=param, code=code, headers={"retry-after": "1", **(headers or {})}
-        )
+    default_headers: ClassVar[dict[str, str]] = {"retry-after": "1"}
 
 
 class DatabaseUnavailable(Unavailable):
@@ -155,7 +145,7 @@ class DatabaseUnavailable(Unavailable):
     code = "database_unavailable"
 
     def __init__(self) -> None:
-        super().__init__("the database is unavailable; retry shortly", headers={"retry-after": "1"})
+        super().__init__("the database is unavailable; retry shortly")
 
 
 def unstorable_text(exc: BaseException) -> bool:

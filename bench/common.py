@@ -16,6 +16,7 @@ import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -429,3 +430,25 @@ def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     idx = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[idx]
+
+
+def stream_figures(turns: Sequence[tuple[float, int]], wall: float) -> dict[str, Any]:
+    """Of streamed turns, each (TTFT s, output tokens), done in ``wall`` seconds: output
+    tokens/s, TTFT p50 (ms) and the tokens."""
+    tokens = sum(n for _, n in turns)
+    return {
+        "tok_s": tokens / wall,
+        "ttft_p50_ms": 1000 * statistics.median(t for t, _ in turns),
+        "tokens": tokens,
+    }
+
+
+def ttft_growth(runs: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Of conversations, each its turns' TTFTs (s) in order: the medians of the first and last
+    turns' TTFTs (ms), the median of the per-conversation last/first ratios, and those ratios."""
+    return {
+        "ttft_first_ms": round(1000 * statistics.median(r[0] for r in runs), 1),
+        "ttft_last_ms": round(1000 * statistics.median(r[-1] for r in runs), 1),
+        "ratio": round(statistics.median(r[-1] / r[0] for r in runs), 2),
+        "ratios": [round(r[-1] / r[0], 2) for r in runs],
+    }

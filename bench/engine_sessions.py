@@ -28,8 +28,6 @@ import asyncio
 import contextlib
 import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,7 +36,6 @@ from typing import Any
 import aiohttp
 
 from bench.common import (
-    RESULTS_DIR,
     ServerProcess,
     baseline_tree,
     compare_row,
@@ -46,10 +43,12 @@ from bench.common import (
     http_json,
     pg_db_name,
     reset_postgres_db,
+    stream_figures,
+    ttft_growth,
 )
 from bench.engine import ENGINE, ENGINE_ENV, MAX_TOKENS, START_TIMEOUT_S, one_stream, vllm_server
 from bench.load import wait_idle
-from bench.report import markdown_table
+from bench.report import finish_standalone
 
 CONCURRENCY = (8, 32)
 HISTORY_TURNS = 20
@@ -148,12 +147,7 @@ async def load_round(url: str, concurrency: int, per_worker: int, sessions: bool
         start = time.perf_counter()
         results = [r for rs in await asyncio.gather(*map(worker, range(concurrency))) for r in rs]
         wall = time.perf_counter() - start
-    tokens = sum(t for _, t in results)
-    return {
-        "tok_s": tokens / wall,
-        "ttft_p50_ms": 1000 * statistics.median(t for t, _ in results),
-        "tokens": tokens,
-    }
+    return stream_figures(results, wall)
 
 
 async def history(url: str, session: int) -> list[float]:
@@ -174,21 +168,16 @@ def history_rows(gateways: dict[str, str], db: str, sessions: int) -> list[dict[
     for k in range(sessions):
         for name, url in gateways.items():
             ttfts[name].append(asyncio.run(history(url, k)))
-    rows = []
-    for name, runs in ttfts.items():
-        rows.append(
-            {
-                "db": db,
-                "server": name,
-                "history_turns": HISTORY_TURNS,
-                "sessions": len(runs),
-                "ttft_first_ms": round(1000 * statistics.median(r[0] for r in runs), 1),
-                "ttft_last_ms": round(1000 * statistics.median(r[-1] for r in runs), 1),
-                "ratio": round(statistics.median(r[-1] / r[0] for r in runs), 2),
-                "ratios": [round(r[-1] / r[0], 2) for r in runs],
-            }
-        )
-    return rows
+    return [
+        {
+            "db": db,
+            "server": name,
+            "history_turns": HISTORY_TURNS,
+            "sessions": len(runs),
+            **ttft_growth(runs),
+        }
+        for name, runs in ttfts.items()
+    ]
 
 
 def measure(
@@ -342,23 +331,10 @@ def main(argv: list[str] | None = None) -> int:
                 for row in got:
                     print(json.dumps(row), flush=True)
                     rows.append(row)
-    result: dict[str, Any] = {
-        "name": "engine_sessions",
-        "command": " ".join(["python -m bench.engine_sessions", *(argv or sys.argv[1:])]),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-        "goals": goals(rows),
-        "sidebyside": sidebyside(rows),
-    }
-    # A side-by-side sitting keeps its own file: the plain run's figures stay as they were.
-    out = "engine_sessions" + ("-sidebyside" if args.baseline is not None else "") + ".json"
-    if not args.quick:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / out).write_text(json.dumps(result, indent=2) + "\n")
-    for g in result["goals"]:
-        print(json.dumps(g), flush=True)
-    if result["sidebyside"]:
-        print(markdown_table(result["sidebyside"]), flush=True)
+    finish_standalone(
+        "engine_sessions", argv, rows, goals(rows), sidebyside(rows),
+        baseline=args.baseline is not None, write=not args.quick,
+    )  # fmt: skip
     return 0
 
 

@@ -52,6 +52,18 @@ MAX_ADDED_P50_MS = 0.5
 COMPARED = ["vs_echo", "cpu_vs_echo", "added_p50_ms", "rps", "cpu_us_per_req", "p50_ms_c1"]
 
 
+def scripted_gateway(bench: str, db: str, tree: Path | None) -> ServerProcess:
+    """A gateway on the scripted model for the benchmark ``bench``, on SQLite or its own fresh
+    PostgreSQL database (``agentstation_bench_<bench>``); ``tree``: another checkout (its
+    database and server name end in ``_base``)."""
+    suffix = "_base" if tree is not None else ""
+    url = (
+        reset_postgres_db(f"agentstation_bench_{bench}{suffix}", tree) if db == "postgres" else None
+    )
+    name = f"{bench.replace('_', '-')}-{db}{suffix}"
+    return gateway_server(name, SCRIPTED, url, tree=tree, **GATEWAY_ENV)
+
+
 def create_agent(base_url: str, name: str = AGENT, spec: dict[str, Any] | None = None) -> None:
     """Define the benchmark agent (scripted model, no tools)."""
     http_json("POST", f"{base_url}/v1/agents", {"name": name, "spec": spec or AGENT_SPEC})

@@ -46,12 +46,10 @@ from bench.common import (
     ServerProcess,
     Skip,
     compare_row,
-    gateway_server,
     http_json,
     pct,
-    reset_postgres_db,
 )
-from bench.gateway import GATEWAY_ENV, SCRIPTED
+from bench.gateway import scripted_gateway
 
 NAME = "new_session"
 AGENT = "a"
@@ -64,17 +62,6 @@ CHAT = {
 MODES = ("create", "conversation", "chat")
 CREATE_P50_MS = 5.0  # POST /v1/sessions p50 at 32 concurrent, PostgreSQL
 TTFT_ADDED_MS = 20.0  # a new conversation's TTFT p50 over the raw call's, at 32 concurrent
-
-
-def new_session_gateway(db: str, tree: Path | None) -> ServerProcess:
-    """A gateway on SQLite or its own fresh PostgreSQL database; ``tree``: another checkout."""
-    suffix = "_base" if tree is not None else ""
-    url = (
-        reset_postgres_db("agentstation_bench_new_session" + suffix, tree)
-        if db == "postgres"
-        else None
-    )
-    return gateway_server(f"new-session-{db}{suffix}", SCRIPTED, url, tree=tree, **GATEWAY_ENV)
 
 
 async def _load(server: ServerProcess, mode: str, n: int, concurrency: int) -> dict[str, Any]:
@@ -246,7 +233,10 @@ def collect(
     rows: list[dict[str, Any]] = []
     for db in dbs:
         with contextlib.ExitStack() as stack:
-            gws = {k: stack.enter_context(new_session_gateway(db, t)) for k, t in trees.items()}
+            gws = {
+                k: stack.enter_context(scripted_gateway("new_session", db, t))
+                for k, t in trees.items()
+            }
             rows += measure(db, gws, requests, levels, rounds, modes)
     return rows
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,6 +79,39 @@ def write_json(result: BenchResult, suffix: str = "") -> None:
     tmp = RESULTS_DIR / f"{result.name}{suffix}.json.tmp"
     tmp.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
     tmp.replace(RESULTS_DIR / f"{result.name}{suffix}.json")
+
+
+def finish_standalone(
+    name: str,
+    argv: Sequence[str] | None,
+    rows: list[dict[str, Any]],
+    goals: list[dict[str, Any]],
+    sidebyside: list[dict[str, Any]],
+    *,
+    baseline: bool,
+    write: bool,
+) -> dict[str, Any]:
+    """The end of ``python -m bench.<name>`` run as a script: its record (command, time, rows,
+    goals, side-by-side rows), the goals printed as JSON lines and the side-by-side table, and
+    with ``write`` the record in bench/results/<name>.json (``<name>-sidebyside.json`` for a
+    ``baseline`` run: the plain run's figures stay as they were)."""
+    result: dict[str, Any] = {
+        "name": name,
+        "command": " ".join([f"python -m bench.{name}", *(argv or sys.argv[1:])]),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
+        "goals": goals,
+        "sidebyside": sidebyside,
+    }
+    for g in goals:
+        print(json.dumps(g), flush=True)
+    if sidebyside:
+        print(markdown_table(sidebyside), flush=True)
+    if write:
+        out = name + ("-sidebyside" if baseline else "") + ".json"
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (RESULTS_DIR / out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 def load_previous(names: Sequence[str] | None = None) -> dict[str, BenchResult]:

@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Coroutine
@@ -44,16 +43,17 @@ import aiohttp
 
 from bench.common import (
     BENCH_DIR,
-    RESULTS_DIR,
     ServerProcess,
     baseline_tree,
     compare_row,
     free_port,
+    stream_figures,
+    ttft_growth,
 )
 from bench.engine import ENGINE_ENV, MAX_TOKENS, START_TIMEOUT_S, vllm_server
 from bench.engine_sessions import MAX_MODEL_LEN, session_gateway
 from bench.load import wait_idle
-from bench.report import markdown_table
+from bench.report import finish_standalone
 
 CONCURRENCY = (1, 8, 32)
 HISTORY_TURNS = 20
@@ -170,13 +170,7 @@ async def concurrent_round(
             *(chain(http, kind, url, f"{tag}-{i}", turns) for i in range(chains))
         )
         wall = time.perf_counter() - start
-    turns_done = [t for run in runs for t in run]
-    tokens = sum(n for _, n in turns_done)
-    return {
-        "tok_s": tokens / wall,
-        "ttft_p50_ms": 1000 * statistics.median(t for t, _ in turns_done),
-        "tokens": tokens,
-    }
+    return stream_figures([t for run in runs for t in run], wall)
 
 
 async def history_chain(kind: str, url: str, tag: str, turns: int) -> list[float]:
@@ -219,19 +213,10 @@ def measure(
             tag = f"history-{name}-{k}"
             ttfts[name].append(run(history_chain(kind, url, tag, history_turns), server))
     for name, runs in ttfts.items():
-        rows.append(
-            {
-                "server": name,
-                "history_turns": history_turns,
-                "chains": len(runs),
-                "ttft_first_ms": round(1000 * statistics.median(r[0] for r in runs), 1),
-                "ttft_last_ms": round(1000 * statistics.median(r[-1] for r in runs), 1),
-                "ratio": round(statistics.median(r[-1] / r[0] for r in runs), 2),
-                "ratios": [round(r[-1] / r[0], 2) for r in runs],
-                # steadier, not the goal's definition: the last 3 turns over the first 3
-                "ratio_3": round(statistics.median(sum(r[-3:]) / sum(r[:3]) for r in runs), 2),
-            }
-        )
+        row = {"server": name, "history_turns": history_turns, "chains": len(runs)}
+        # ratio_3: steadier, not the goal's definition: the last 3 turns over the first 3
+        ratio_3 = round(statistics.median(sum(r[-3:]) / sum(r[:3]) for r in runs), 2)
+        rows.append({**row, **ttft_growth(runs), "ratio_3": ratio_3})
     return rows
 
 
@@ -339,22 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure(targets, args.rounds, args.turns, args.history_chains, history_turns)
     for row in rows[len(CONCURRENCY) :]:  # the history rows (the others were printed)
         print(json.dumps(row), flush=True)
-    result: dict[str, Any] = {
-        "name": "responses_chains",
-        "command": " ".join(["python -m bench.responses_chains", *(argv or sys.argv[1:])]),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-        "goals": goals(rows),
-        "sidebyside": sidebyside(rows),
-    }
-    for g in result["goals"]:
-        print(json.dumps(g), flush=True)
-    if result["sidebyside"]:
-        print(markdown_table(result["sidebyside"]), flush=True)
-    if not args.quick:
-        out = "responses_chains" + ("-sidebyside" if args.baseline is not None else "") + ".json"
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / out).write_text(json.dumps(result, indent=2) + "\n")
+    finish_standalone(
+        "responses_chains", argv, rows, goals(rows), sidebyside(rows),
+        baseline=args.baseline is not None, write=not args.quick,
+    )  # fmt: skip
     return 0
 
 

@@ -36,28 +36,15 @@ from bench.common import (
     ServerProcess,
     Skip,
     compare_row,
-    gateway_server,
     http_json,
-    reset_postgres_db,
 )
-from bench.gateway import GATEWAY_ENV, SCRIPTED
+from bench.gateway import scripted_gateway
 
 NAME = "turn_cpu"
 AGENT_SPEC = {"kind": "agent", "model": "scripted"}
 GOALS_MS = {"postgres": 1.5, "sqlite": 2.0}  # issue 29: server CPU per streamed turn
 MODES = ("json", "stream", "chat_json", "chat_stream")
 CHAT = {"model": "scripted", "messages": [{"role": "user", "content": "hello world"}]}
-
-
-def turn_gateway(db: str, tree: Path | None) -> ServerProcess:
-    """A gateway on SQLite or its own fresh PostgreSQL database; ``tree``: another checkout."""
-    suffix = "_base" if tree is not None else ""
-    url = (
-        reset_postgres_db("agentstation_bench_turn_cpu" + suffix, tree)
-        if db == "postgres"
-        else None
-    )
-    return gateway_server(f"turn-cpu-{db}{suffix}", SCRIPTED, url, tree=tree, **GATEWAY_ENV)
 
 
 async def turns(server: ServerProcess, sessions: list[str], n: int, mode: str) -> float:
@@ -104,7 +91,10 @@ def collect(
     rows = []
     for db in dbs:
         with contextlib.ExitStack() as stack:
-            gateways = {name: stack.enter_context(turn_gateway(db, t)) for name, t in trees.items()}
+            gateways = {
+                name: stack.enter_context(scripted_gateway("turn_cpu", db, t))
+                for name, t in trees.items()
+            }
             sessions: dict[str, list[str]] = {}
             for name, gw in gateways.items():
                 http_json("POST", f"{gw.base_url}/v1/agents", {"name": "a", "spec": AGENT_SPEC})

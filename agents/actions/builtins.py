@@ -7,7 +7,7 @@ import math
 import operator
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agents.actions.base import BaseAction, tool_api
@@ -17,51 +17,49 @@ from agents.schema import ActionReturn, ActionStatusCode, ActionValidCode
 __all__ = ["Calculator", "Clock", "FinishAction", "InvalidAction", "NoAction", "WebBrowser"]
 
 
-class InvalidAction(BaseAction):
-    """Answers a call to an unknown tool with an error the model can read."""
+class _ErrorReply(BaseAction):
+    """Answers what it cannot run with an error the model can read (``_state`` says why)."""
 
     sync_in_thread = False  # cheap: no thread hop
+    _state: ClassVar[ActionStatusCode]
+
+    def __init__(self, err_msg: str, description: dict[str, Any] | None = None) -> None:
+        super().__init__(description, enable=False)
+        self._err_msg = err_msg
+
+    def run(self, err_msg: str | None = None) -> ActionReturn:
+        """Return the error message.
+
+        Args:
+            err_msg: what was wrong; the default message when omitted.
+        """
+        return ActionReturn(
+            args={"text": err_msg}, errmsg=err_msg or self._err_msg, type=self.name,
+            valid=ActionValidCode.INVALID, state=self._state,
+        )  # fmt: skip
+
+
+class InvalidAction(_ErrorReply):
+    """Answers a call to an unknown tool with an error the model can read."""
+
+    _state = ActionStatusCode.ARGS_ERROR
 
     def __init__(
         self, err_msg: str = "The action is invalid, please check the action name.",
         description: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(description, enable=False)
-        self._err_msg = err_msg
-
-    def run(self, err_msg: str | None = None) -> ActionReturn:
-        """Return the error message.
-
-        Args:
-            err_msg: what was wrong; the default message when omitted.
-        """
-        return ActionReturn(
-            args={"text": err_msg}, errmsg=err_msg or self._err_msg, type=self.name,
-            valid=ActionValidCode.INVALID, state=ActionStatusCode.ARGS_ERROR,
-        )  # fmt: skip
+        super().__init__(err_msg, description)
 
 
-class NoAction(BaseAction):
+class NoAction(_ErrorReply):
     """Answers a reply that does not follow the tool-call format."""
 
-    sync_in_thread = False  # cheap: no thread hop
+    _state = ActionStatusCode.API_ERROR
 
     def __init__(
         self, err_msg: str = "Please follow the format", description: dict[str, Any] | None = None
     ) -> None:
-        super().__init__(description, enable=False)
-        self._err_msg = err_msg
-
-    def run(self, err_msg: str | None = None) -> ActionReturn:
-        """Return the error message.
-
-        Args:
-            err_msg: what was wrong; the default message when omitted.
-        """
-        return ActionReturn(
-            args={"text": err_msg}, errmsg=err_msg or self._err_msg, type=self.name,
-            valid=ActionValidCode.INVALID, state=ActionStatusCode.API_ERROR,
-        )  # fmt: skip
+        super().__init__(err_msg, description)
 
 
 class FinishAction(BaseAction):

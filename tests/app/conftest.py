@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import sqlalchemy as sa
 from fastapi import FastAPI
@@ -127,6 +128,20 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         transport=transport, base_url="http://test", headers={"Authorization": f"Bearer {KEY_A}"}
     ) as c:
         yield c
+
+
+def client_for(app: FastAPI, key: str = KEY_A) -> openai.AsyncOpenAI:
+    """The official ``openai`` client on the app, with ``key``."""
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t/v1")
+    return openai.AsyncOpenAI(api_key=key, base_url="http://t/v1", http_client=http)
+
+
+@pytest.fixture
+async def oai(app: FastAPI) -> AsyncIterator[openai.AsyncOpenAI]:
+    """Tenant ``a``'s ``openai`` client."""
+    client = client_for(app)
+    yield client
+    await client.close()
 
 
 @pytest.fixture

@@ -12,22 +12,21 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
+from tests.app.approval_helpers import (
+    CALCULATOR_AGENT,
+    calculator_call,
+    session_memory,
+    until_ended,
+)
 from tests.app.conftest import KEY_A, KEY_B, MODELS, make_session, parse_sse
 from tests.lifespan import LifespanManager
 
-
-def _call(expression: str) -> str:
-    body = {"name": "Calculator", "parameters": {"expression": expression}}
-    return f"Let me compute.\n```json\n{json.dumps(body)}\n```\n"
-
-
-CALC = {"name": "calc", "backend": "scripted", "replies": [_call("6 * 7"), "The answer is 42."]}
-SPEC = {
-    "kind": "tool_agent",
-    "model": "calc",
-    "tools": [{"name": "Calculator"}],
-    "approval": {"tools": ["Calculator"]},
+CALC = {
+    "name": "calc",
+    "backend": "scripted",
+    "replies": [calculator_call("6 * 7"), "The answer is 42."],
 }
+SPEC = {**CALCULATOR_AGENT, "approval": {"tools": ["Calculator"]}}
 
 
 @pytest.fixture
@@ -67,18 +66,18 @@ async def _waiting(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
     return run
 
 
-async def _memory(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
-    memory: list[dict[str, Any]] = (await client.get(f"/v1/sessions/{sid}/memory")).json()["memory"]
-    return memory
+async def _paused(client: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
+    """A new session of the agent ``calc`` (stored here) and its run waiting for a decision."""
+    await _agent(client)
+    sid = await make_session(client, "calc")
+    return sid, await _waiting(client, sid)
 
 
 async def test_a_run_waits_and_approval_completes_it_on_the_same_event_log(
     clients: tuple[httpx.AsyncClient, httpx.AsyncClient],
 ) -> None:
     client, other = clients
-    await _agent(client)
-    sid = await make_session(client, "calc")
-    run = await _waiting(client, sid)
+    sid, run = await _paused(client)
     calls = run["required_action"]["tool_calls"]
     assert [(c["name"], c["arguments"]) for c in calls] == [("Calculator", {"expression": "6 * 7"})]
     call_id = calls[0]["id"]
@@ -87,7 +86,7 @@ async def test_a_run_waits_and_approval_completes_it_on_the_same_event_log(
     assert got["status"] == "requires_action" and got["required_action"]["tool_calls"] == calls
     assert (await other.get(f"/v1/runs/{run['id']}")).status_code == 404
     # The call is stored, no result: nothing ran.
-    assert [m["sender"] for m in await _memory(client, sid)] == ["user", "calc"]
+    assert [m["sender"] for m in await session_memory(client, sid)] == ["user", "calc"]
     events = parse_sse((await client.get(f"/v1/runs/{run['id']}/events")).text)
     assert events[-1]["event"] == "run.requires_action"
     assert events[-1]["data"]["tool_calls"] == calls
@@ -118,7 +117,7 @@ async def test_a_run_waits_and_approval_completes_it_on_the_same_event_log(
     assert resumed[-1]["event"] == "run.completed"
     final = resumed[-1]["data"]["run"]
     assert final["output"]["content"] == "The answer is 42." and final["required_action"] is None
-    memory = await _memory(client, sid)
+    memory = await session_memory(client, sid)
     assert [m["sender"] for m in memory] == ["user", "calc", "AsyncActionExecutor", "calc"]
     assert "42" in str(memory[2]["content"])  # the tool ran once approved
 
@@ -157,16 +156,14 @@ async def test_metrics_count_waiting_runs(
 
 async def test_deny_and_edit(clients: tuple[httpx.AsyncClient, httpx.AsyncClient]) -> None:
     client, _ = clients
-    await _agent(client)
-    sid = await make_session(client, "calc")
-    run = await _waiting(client, sid)
+    sid, run = await _paused(client)
     call_id = run["required_action"]["tool_calls"][0]["id"]
     deny = {"id": call_id, "action": "deny", "message": "use mental arithmetic"}
     resp = await client.post(f"/v1/runs/{run['id']}/resume", json={"decisions": [deny]})
     assert resp.status_code == 202 and resp.json()["status"] in ("queued", "running", "completed")
     done = await _until_final(client, run["id"])
     assert done["status"] == "completed"
-    result = (await _memory(client, sid))[2]["content"]
+    result = (await session_memory(client, sid))[2]["content"]
     assert "denied" in result and "use mental arithmetic" in result and "42" not in result
 
     run = await _waiting(client, sid)
@@ -175,25 +172,19 @@ async def test_deny_and_edit(clients: tuple[httpx.AsyncClient, httpx.AsyncClient
     resp = await client.post(f"/v1/runs/{run['id']}/resume", json={"decisions": [edit]})
     assert resp.status_code == 202, resp.text
     assert (await _until_final(client, run["id"]))["status"] == "completed"
-    assert "101" in str((await _memory(client, sid))[-2]["content"])
+    assert "101" in str((await session_memory(client, sid))[-2]["content"])
 
 
 async def _until_final(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    for _ in range(500):
-        run: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
-        if run["status"] not in ("queued", "running"):
-            return run
-        await asyncio.sleep(0.02)
-    raise AssertionError("the run never ended")
+    """The run once it is neither queued nor running (a pause counts)."""
+    return await until_ended(client, run_id, pending=("queued", "running"), tries=500)
 
 
 async def test_interrupt_cancels_a_waiting_run_cleanly(
     clients: tuple[httpx.AsyncClient, httpx.AsyncClient],
 ) -> None:
     client, _ = clients
-    await _agent(client)
-    sid = await make_session(client, "calc")
-    run = await _waiting(client, sid)
+    sid, run = await _paused(client)
     resp = await client.post(
         f"/v1/sessions/{sid}/messages",
         json={"message": "forget it", "multitask_strategy": "interrupt"},
@@ -206,7 +197,7 @@ async def test_interrupt_cancels_a_waiting_run_cleanly(
     assert [e["event"] for e in events][-2:] == ["run.requires_action", "run.cancelled"]
     assert "run.gap" not in [e["event"] for e in events]
     # The waiting run's messages are gone: the memory holds only the new run's.
-    contents = [m["content"] for m in await _memory(client, sid)]
+    contents = [m["content"] for m in await session_memory(client, sid)]
     assert contents == ["forget it", "The answer is 42."]
     gone = await client.post(
         f"/v1/runs/{run['id']}/resume",
@@ -223,25 +214,16 @@ async def test_a_timeout_denies_or_cancels(
     sid = await make_session(client, "calc")
     run = await _waiting(client, sid)
     assert run["required_action"]["deadline"] is not None
-    done = await _until_final_waiting(client, run["id"])
+    done = await until_ended(client, run["id"])
     assert done["status"] == "completed"
-    assert "in time" in str((await _memory(client, sid))[2]["content"])
+    assert "in time" in str((await session_memory(client, sid))[2]["content"])
 
     await _agent(client, "calc2", approval={"tools": "all", "timeout_s": 1, "on_timeout": "cancel"})
     sid = await make_session(client, "calc2")
     run = await _waiting(client, sid)
-    done = await _until_final_waiting(client, run["id"])
+    done = await until_ended(client, run["id"])
     assert done["status"] == "cancelled" and done["stop_reason"] == "approval_timeout"
-    assert await _memory(client, sid) == []
-
-
-async def _until_final_waiting(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    for _ in range(400):
-        run: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
-        if run["status"] not in ("queued", "running", "requires_action"):
-            return run
-        await asyncio.sleep(0.02)
-    raise AssertionError("the run never ended")
+    assert await session_memory(client, sid) == []
 
 
 async def test_approval_is_for_tool_agents(
@@ -280,14 +262,12 @@ async def test_cancel_put_memory_and_racing_decisions(
     clients: tuple[httpx.AsyncClient, httpx.AsyncClient],
 ) -> None:
     client, _ = clients
-    await _agent(client)
-    sid = await make_session(client, "calc")
-    run = await _waiting(client, sid)
+    sid, run = await _paused(client)
     put = await client.put(f"/v1/sessions/{sid}/memory", json={"memory": []})
     assert put.status_code == 409 and put.json()["error"]["code"] == "session_busy"
     cancelled = (await client.post(f"/v1/runs/{run['id']}/cancel")).json()
     assert cancelled["status"] == "cancelled" and cancelled["required_action"] is None
-    assert await _memory(client, sid) == []  # as before the run
+    assert await session_memory(client, sid) == []  # as before the run
 
     sid = await make_session(client, "calc")
     done = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
@@ -303,7 +283,8 @@ async def test_cancel_put_memory_and_racing_decisions(
 
 
 async def test_a_resumed_run_may_wait_again(settings_factory: Callable[..., Settings]) -> None:
-    twice = {**CALC, "name": "calc", "replies": [_call("6 * 7"), _call("42 + 1"), "It is 43."]}
+    replies = [calculator_call("6 * 7"), calculator_call("42 + 1"), "It is 43."]
+    twice = {**CALC, "name": "calc", "replies": replies}
     app = create_app(settings_factory(models=json.dumps([*MODELS, twice])))
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)

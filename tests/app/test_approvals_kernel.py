@@ -6,7 +6,6 @@ denial, edit runs the edited code."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -14,16 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
-from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import MODELS, sandboxed_client
+from tests.app.approval_helpers import coder_client, ipython_call
 
 pytestmark = pytest.mark.kernel
 
 
 def _call(code: str) -> str:
-    body = {"name": "IPythonInteractive", "parameters": {"command": code}}
-    return f"I will run this.\n```json\n{json.dumps(body)}\n```\n"
+    return ipython_call(code, "I will run this.\n")
 
 
 APPROVED = "open('approved.txt', 'w').write('x')\nprint(6 * 7)"
@@ -47,11 +44,7 @@ SPEC = {
 async def client(
     settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, base_dir: Path
 ) -> AsyncIterator[httpx.AsyncClient]:
-    monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base_dir))
-    monkeypatch.setenv("AGENTSTATION_SANDBOX_TIMEOUT_S", "10")
-    models = [*MODELS, {"name": "coder", "backend": "scripted", "replies": REPLIES}]
-    app = create_app(settings_factory(models=json.dumps(models), sandbox_enabled=True))
-    async with sandboxed_client(app) as c:
+    async with coder_client(settings_factory, monkeypatch, base_dir, REPLIES) as c:
         yield c
 
 

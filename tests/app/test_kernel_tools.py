@@ -2,32 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import MODELS, sandboxed_client
+from tests.app.approval_helpers import coder_client, ipython_call
 
 pytestmark = pytest.mark.kernel
 
 
-def _call(code: str) -> str:
-    body = {"name": "IPythonInteractive", "parameters": {"command": code}}
-    return f"```json\n{json.dumps(body)}\n```\n"
-
-
 # Replayed in order across sessions: session one twice, then session two.
 REPLIES = [
-    _call("x = 21\nprint(x * 2)"),
+    ipython_call("x = 21\nprint(x * 2)"),
     "Done.",
-    _call("print(x + 1)"),
+    ipython_call("print(x + 1)"),
     "Done again.",
-    _call("print(x + 1)"),
+    ipython_call("print(x + 1)"),
     "No x here.",
 ]
 
@@ -36,11 +29,7 @@ REPLIES = [
 async def client(
     settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, base_dir: Path
 ) -> AsyncIterator[httpx.AsyncClient]:
-    monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base_dir))
-    monkeypatch.setenv("AGENTSTATION_SANDBOX_TIMEOUT_S", "10")
-    models = [*MODELS, {"name": "coder", "backend": "scripted", "replies": REPLIES}]
-    app = create_app(settings_factory(models=json.dumps(models), sandbox_enabled=True))
-    async with sandboxed_client(app) as c:
+    async with coder_client(settings_factory, monkeypatch, base_dir, REPLIES) as c:
         yield c
 
 

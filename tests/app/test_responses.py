@@ -4,7 +4,6 @@ body and every streamed event is validated against the ``openai`` package's own 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -16,21 +15,9 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.app.conftest import KEY_A, KEY_B, make_agent, parse_sse
+from tests.app.conftest import KEY_A, KEY_B, client_for, make_agent, parse_sse
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
-
-
-def client_for(app: FastAPI, key: str = KEY_A) -> openai.AsyncOpenAI:
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t/v1")
-    return openai.AsyncOpenAI(api_key=key, base_url="http://t/v1", http_client=http)
-
-
-@pytest.fixture
-async def oai(app: FastAPI) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = client_for(app)
-    yield client
-    await client.close()
 
 
 def valid(body: dict[str, Any]) -> Response:

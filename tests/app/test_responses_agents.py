@@ -16,23 +16,11 @@ from fastapi import FastAPI
 from app.main import create_app
 from app.settings import Settings
 from tests.agents.mcp_server import serve_http
+from tests.app.approval_helpers import CALC, CALCULATOR_AGENT
 from tests.app.conftest import MODELS
-from tests.app.test_responses import client_for, valid, valid_events
+from tests.app.test_responses import valid, valid_events
 from tests.lifespan import LifespanManager
 
-
-def _call(expression: str) -> str:
-    body = {"name": "Calculator", "parameters": {"expression": expression}}
-    return f"Let me compute.\n```json\n{json.dumps(body)}\n```\n"
-
-
-CALC = {
-    "name": "calc",
-    "backend": "scripted",
-    "replies": [_call("6 * 7"), "The answer is 42."],
-    "cycle": "conversation",
-}
-SPEC: dict[str, Any] = {"kind": "tool_agent", "model": "calc", "tools": [{"name": "Calculator"}]}
 MCP_CALLER = {
     "name": "mcpcaller",
     "backend": "scripted",
@@ -58,15 +46,9 @@ async def app(settings_factory: Callable[..., Settings]) -> AsyncIterator[FastAP
         yield application
 
 
-@pytest.fixture
-async def oai(app: FastAPI) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = client_for(app)
-    yield client
-    await client.close()
-
-
 async def _agent(client: httpx.AsyncClient, name: str, **extra: Any) -> None:
-    resp = await client.post("/v1/agents", json={"name": name, "spec": {**SPEC, **extra}})
+    spec = {**CALCULATOR_AGENT, **extra}
+    resp = await client.post("/v1/agents", json={"name": name, "spec": spec})
     assert resp.status_code == 201, resp.text
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -24,91 +24,38 @@ from app.db.migrate import upgrade
 from app.main import create_app
 from app.services.responses_events import GAP_STRIDE, ResponseStream
 from app.services.responses_read import base_of
-from app.settings import Settings
+from tests.app.approval_helpers import (
+    APPROVAL,
+    CALC,
+    CALCULATOR_AGENT,
+    app,  # noqa: F401 (the fixture: the calculator models)
+    approval_agent,
+    approve,
+    decision,
+    dump,
+    paused,
+    waiting_response,
+)
 from tests.app.conftest import (
     KEY_A,
     KEY_B,
     MODELS,
     _drop_pg_database,
     _fresh_pg_database,
+    client_for,
     make_settings,
 )
-from tests.app.test_responses import EVENTS, client_for, valid, valid_events
+from tests.app.test_responses import EVENTS, valid, valid_events
 from tests.lifespan import LifespanManager
 
-
-def _call(expression: str) -> str:
-    body = {"name": "Calculator", "parameters": {"expression": expression}}
-    return f"Let me compute.\n```json\n{json.dumps(body)}\n```\n"
-
-
-# One call, then the answer (a chain's next turn calls again: the replies cycle).
-CALC = {
-    "name": "calc",
-    "backend": "scripted",
-    "replies": [_call("6 * 7"), "The answer is 42."],
-    "cycle": "conversation",
-}
-# Two calls in one turn: the run pauses twice.
-TWICE = {
-    "name": "twice",
-    "backend": "scripted",
-    "replies": [_call("6 * 7"), _call("2 + 3"), "42 and 5."],
-    "cycle": "conversation",
-}
 # Slow to answer: the new response still runs while another replica streams it.
 SLOW = {**CALC, "name": "slowcalc", "chunk_delay_s": 0.05}
-APPROVAL = {"tools": ["Calculator"]}
-
-
-@pytest.fixture
-async def app(settings_factory: Callable[..., Settings]) -> AsyncIterator[FastAPI]:
-    application = create_app(settings_factory(models=json.dumps([*MODELS, CALC, TWICE])))
-    async with LifespanManager(application):
-        yield application
-
-
-@pytest.fixture
-async def oai(app: FastAPI) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = client_for(app)
-    yield client
-    await client.close()
-
-
-async def _agent(client: httpx.AsyncClient, name: str, model: str = "calc") -> None:
-    spec = {"kind": "tool_agent", "model": model, "tools": [{"name": "Calculator"}]}
-    made = await client.post(
-        "/v1/agents", json={"name": name, "spec": {**spec, "approval": APPROVAL}}
-    )
-    assert made.status_code == 201, made.text
-
-
-def _decision(request_id: str, approve: bool = True, **extra: Any) -> dict[str, Any]:
-    return {
-        "type": "mcp_approval_response",
-        "approval_request_id": request_id,
-        "approve": approve,
-        **extra,
-    }
-
-
-def _dump(response: Any) -> dict[str, Any]:
-    return dict(response.model_dump(mode="json"))
-
-
-async def _waiting(oai: openai.AsyncOpenAI, model: str = "careful") -> Any:
-    waiting = await oai.responses.create(model=model, input="6 times 7?")
-    valid(_dump(waiting))
-    assert waiting.status == "completed"
-    assert [item.type for item in waiting.output] == ["mcp_approval_request"]
-    return waiting
 
 
 async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
     oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
+    waiting = await paused(oai, client)
     [request] = waiting.output
     assert request.type == "mcp_approval_request" and request.name == "Calculator"
     assert json.loads(request.arguments) == {"expression": "6 * 7"}
@@ -120,7 +67,7 @@ async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
             "stream": True,
             "metadata": {"step": "approve"},
             "instructions": "Not used: the run goes on as it started.",
-            "input": [_decision(request.id)],
+            "input": [decision(request.id)],
         },
     )
     assert raw.status_code == 200, raw.text
@@ -150,13 +97,13 @@ async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
     assert {e["item"]["id"] for e in events if "item" in e} == {call.id, answer.id}
 
     # The waiting response is as it was answered: paused, with its approval request.
-    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)
+    assert dump(await oai.responses.retrieve(waiting.id)) == dump(waiting)
     replay = [e async for e in await oai.responses.retrieve(waiting.id, stream=True)]
     assert replay[-1].type == "response.completed"
-    assert _dump(replay[-1].response) == _dump(waiting)  # type: ignore[union-attr]
+    assert dump(replay[-1].response) == dump(waiting)  # type: ignore[union-attr]
     # The new one, retrieved and replayed: the same response, the same numbered events.
     again = await oai.responses.retrieve(done.id)
-    assert _dump(again) == _dump(done)
+    assert dump(again) == dump(done)
     tail = await client.get(f"/v1/responses/{done.id}?stream=true&starting_after=1")
     assert valid_events(tail.text) == events[2:]
     resumed = [e async for e in await oai.responses.retrieve(done.id, stream=True)]
@@ -170,9 +117,8 @@ async def test_an_approval_streams_a_new_response_and_the_waiting_one_stays(
 async def test_a_denial_also_makes_a_new_response(
     oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
-    deny = _decision(waiting.output[0].id, approve=False, reason="not now")
+    waiting = await paused(oai, client)
+    deny = decision(waiting.output[0].id, approve=False, reason="not now")
     with pytest.raises(openai.BadRequestError) as missing:
         await oai.responses.create(model="careful", input=[deny])  # type: ignore[list-item]
     assert missing.value.body["param"] == "previous_response_id"  # type: ignore[index]
@@ -181,7 +127,7 @@ async def test_a_denial_also_makes_a_new_response(
         input=[deny],  # type: ignore[list-item]
         previous_response_id=waiting.id,
     )
-    valid(_dump(denied))
+    valid(dump(denied))
     assert denied.id != waiting.id and denied.previous_response_id == waiting.id
     assert denied.status == "completed"
     # The denied call did not run: no mcp_call item (as Hugging Face's responses.js, an
@@ -194,7 +140,7 @@ async def test_a_denial_also_makes_a_new_response(
     assert item.approval_request_id == waiting.output[0].id
     log = (await client.get(f"/v1/runs/{waiting.id}/events")).text
     assert "The user denied this tool call. not now" in log  # what the model read instead
-    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)
+    assert dump(await oai.responses.retrieve(waiting.id)) == dump(waiting)
     for previous in (waiting.id, denied.id):  # answered: neither waits any more
         with pytest.raises(openai.ConflictError) as again:
             await oai.responses.create(
@@ -208,14 +154,9 @@ async def test_a_denial_also_makes_a_new_response(
 async def test_a_run_that_pauses_twice_is_three_responses(
     oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "twice", model="twice")
-    waiting = await _waiting(oai, "twice")
-    first = await oai.responses.create(
-        model="twice",
-        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-    )
-    valid(_dump(first))
+    waiting = await paused(oai, client, "twice", "twice")
+    first = await approve(oai, waiting, "twice")
+    valid(dump(first))
     # It ran the first call and waits again: a response of its own, paused.
     assert [i.type for i in first.output] == ["mcp_call", "mcp_approval_request"]
     assert first.status == "completed" and first.previous_response_id == waiting.id
@@ -226,7 +167,7 @@ async def test_a_run_that_pauses_twice_is_three_responses(
             "model": "twice",
             "previous_response_id": first.id,
             "stream": True,
-            "input": [_decision(first.output[1].id)],
+            "input": [decision(first.output[1].id)],
         },
     )
     events = valid_events(raw.text)
@@ -236,9 +177,9 @@ async def test_a_run_that_pauses_twice_is_three_responses(
     assert [i.type for i in second.output] == ["mcp_call", "message"]
     assert second.output[0].output == "5" and second.output_text == "42 and 5."  # type: ignore[union-attr]
     # Each stays as it was answered.
-    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)
-    assert _dump(await oai.responses.retrieve(first.id)) == _dump(first)
-    assert _dump(await oai.responses.retrieve(second.id)) == _dump(second)
+    assert dump(await oai.responses.retrieve(waiting.id)) == dump(waiting)
+    assert dump(await oai.responses.retrieve(first.id)) == dump(first)
+    assert dump(await oai.responses.retrieve(second.id)) == dump(second)
     ids = {i.id for r in (waiting, first, second) for i in r.output}
     assert len(ids) == 5  # no item id twice
 
@@ -246,13 +187,8 @@ async def test_a_run_that_pauses_twice_is_three_responses(
 async def test_a_chain_goes_on_from_the_new_response(
     oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
-    done = await oai.responses.create(
-        model="careful",
-        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-    )
+    waiting = await paused(oai, client)
+    done = await approve(oai, waiting)
     # The chain's next turn names the new response; it runs in the same session (the model
     # calls again: the scripted replies cycle), and waits.
     raw = await client.post(
@@ -268,7 +204,7 @@ async def test_a_chain_goes_on_from_the_new_response(
     assert {r["id"] for r in runs.json()["data"]} == {waiting.id, nxt.id}  # one session
     last = await oai.responses.create(
         model="careful",
-        input=[_decision(nxt.output[0].id)],  # type: ignore[list-item]
+        input=[decision(nxt.output[0].id)],  # type: ignore[list-item]
         previous_response_id=nxt.id,
     )
     assert last.previous_response_id == nxt.id and last.output_text == "The answer is 42."
@@ -282,15 +218,12 @@ async def test_a_chain_goes_on_from_the_new_response(
 
 
 async def test_another_tenant_does_not_find_the_new_response(
-    oai: openai.AsyncOpenAI, client: httpx.AsyncClient, app: FastAPI
+    oai: openai.AsyncOpenAI,
+    client: httpx.AsyncClient,
+    app: FastAPI,  # noqa: F811 (the fixture)
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
-    done = await oai.responses.create(
-        model="careful",
-        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-    )
+    waiting = await paused(oai, client)
+    done = await approve(oai, waiting)
     other = client_for(app, KEY_B)
     try:
         for call in (
@@ -312,15 +245,9 @@ async def test_another_tenant_does_not_find_the_new_response(
 async def test_background_answer_cancel_and_delete(
     oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
-    started = await oai.responses.create(
-        model="careful",
-        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-        background=True,
-    )
-    valid(_dump(started))
+    waiting = await paused(oai, client)
+    started = await approve(oai, waiting, background=True)
+    valid(dump(started))
     assert started.id != waiting.id and started.background
     assert started.status in ("queued", "in_progress") and started.output == []
     for _ in range(200):
@@ -352,14 +279,9 @@ async def test_cancel_a_new_response_while_it_runs_on(
 ) -> None:
     """Cancel acts on the run while the new response is its latest: a run paused again is
     cancelled through it."""
-    await _agent(client, "twice", model="twice")
-    waiting = await _waiting(oai, "twice")
-    started = await oai.responses.create(
-        model="twice",
-        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-        background=True,  # OpenAI cancels background responses only
-    )
+    waiting = await paused(oai, client, "twice", "twice")
+    # OpenAI cancels background responses only.
+    started = await approve(oai, waiting, "twice", background=True)
     for _ in range(200):
         first = await oai.responses.retrieve(started.id)
         if first.status == "completed":
@@ -400,19 +322,10 @@ async def test_another_replica_streams_the_new_response_live(
     """Answered on one replica, the new response is found, streamed live (from the stored
     log: not this replica's run) and resumed with ``starting_after`` on another."""
     one, two = two_replicas
-    spec = {"kind": "tool_agent", "model": "slowcalc", "tools": [{"name": "Calculator"}]}
-    await one.post(
-        "/agents",
-        cast_to=httpx.Response,
-        body={"name": "careful", "spec": {**spec, "approval": APPROVAL}},
-    )
-    waiting = await _waiting(one)
-    started = await one.responses.create(
-        model="careful",
-        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-        background=True,
-    )
+    spec = {**CALCULATOR_AGENT, "model": "slowcalc", "approval": APPROVAL}
+    await one.post("/agents", cast_to=httpx.Response, body={"name": "careful", "spec": spec})
+    waiting = await waiting_response(one)
+    started = await approve(one, waiting, background=True)
     live = [e async for e in await two.responses.retrieve(started.id, stream=True)]
     assert [e.sequence_number for e in live] == list(range(len(live)))
     assert live[0].type == "response.created" and live[-1].type == "response.completed"
@@ -423,7 +336,7 @@ async def test_another_replica_streams_the_new_response_live(
         e async for e in await two.responses.retrieve(started.id, stream=True, starting_after=2)
     ]
     assert [e.sequence_number for e in tail] == list(range(3, len(live)))
-    assert _dump(await two.responses.retrieve(waiting.id)) == _dump(waiting)
+    assert dump(await two.responses.retrieve(waiting.id)) == dump(waiting)
 
 
 async def test_an_approval_in_a_conversation_answers_by_the_conversation(
@@ -431,34 +344,34 @@ async def test_an_approval_in_a_conversation_answers_by_the_conversation(
 ) -> None:
     """A response waiting in a conversation is answered with ``conversation`` (what a client
     in conversation mode sends): the new response is in the conversation too."""
-    await _agent(client, "careful")
+    await approval_agent(client, "careful")
     conversation = await oai.conversations.create()
     waiting = await oai.responses.create(
         model="careful", input="6 times 7?", conversation=conversation.id
     )
     assert [i.type for i in waiting.output] == ["mcp_approval_request"]
-    decision = _decision(waiting.output[0].id)
+    answer = decision(waiting.output[0].id)
     with pytest.raises(openai.BadRequestError) as both:
         await oai.responses.create(
             model="careful",
-            input=[decision],  # type: ignore[list-item]
+            input=[answer],  # type: ignore[list-item]
             conversation=conversation.id,
             previous_response_id=waiting.id,
         )
     assert both.value.code == "not_supported"
     done = await oai.responses.create(
         model="careful",
-        input=[decision],  # type: ignore[list-item]
+        input=[answer],  # type: ignore[list-item]
         conversation=conversation.id,
     )
-    valid(_dump(done))
+    valid(dump(done))
     assert done.id != waiting.id and done.previous_response_id is None
     assert done.conversation is not None and done.conversation.id == conversation.id
     assert [i.type for i in done.output] == ["mcp_call", "message"]
     with pytest.raises(openai.ConflictError) as again:  # nothing waits in it any more
         await oai.responses.create(
             model="careful",
-            input=[decision],  # type: ignore[list-item]
+            input=[answer],  # type: ignore[list-item]
             conversation=conversation.id,
         )
     assert again.value.code == "run_not_waiting"

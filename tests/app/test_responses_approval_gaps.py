@@ -14,48 +14,34 @@ import httpx
 import openai
 import pytest
 
-from tests.app.test_responses import valid, valid_events
-from tests.app.test_responses_approval_continuation import (  # noqa: F401 (fixtures)
-    _agent,
-    _decision,
-    _dump,
-    _waiting,
-    app,
-    oai,
+from tests.app.approval_helpers import (
+    CALCULATOR_AGENT,
+    app,  # noqa: F401 (the fixture: the calculator models)
+    approve,
+    decision,
+    dump,
+    paused,
+    session_memory,
+    until_ended,
 )
-
-
-async def _until_ended(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    for _ in range(400):
-        run: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
-        if run["status"] not in ("queued", "running", "requires_action"):
-            return run
-        await asyncio.sleep(0.02)
-    raise AssertionError("the run never ended")
-
-
-async def _memory(client: httpx.AsyncClient, session_id: str) -> list[dict[str, Any]]:
-    body = (await client.get(f"/v1/sessions/{session_id}/memory")).json()
-    return list(body["memory"])
+from tests.app.test_responses import valid, valid_events
 
 
 def _without_metadata(response: Any) -> dict[str, Any]:
-    return {k: v for k, v in _dump(response).items() if k != "metadata"}
+    return {k: v for k, v in dump(response).items() if k != "metadata"}
 
 
 async def test_a_run_resumed_through_the_runs_api_is_a_new_response(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
+    waiting = await paused(oai, client)
     [request] = waiting.output
     resumed = await client.post(
         f"/v1/runs/{waiting.id}/resume",
         json={"decisions": [{"id": request.id, "action": "approve"}]},
     )
     assert resumed.status_code == 202, resumed.text
-    assert (await _until_ended(client, waiting.id))["status"] == "completed"
+    assert (await until_ended(client, waiting.id))["status"] == "completed"
 
     # The waiting response, retrieved, names the run's next response; it is otherwise as it was.
     again = await oai.responses.retrieve(waiting.id)
@@ -63,7 +49,7 @@ async def test_a_run_resumed_through_the_runs_api_is_a_new_response(
     next_id = again.metadata["next_response_id"]
     assert _without_metadata(again) == _without_metadata(waiting)
     done = await oai.responses.retrieve(next_id)
-    valid(_dump(done))
+    valid(dump(done))
     assert done.id != waiting.id and done.id[5:21] == waiting.id[5:21]  # the chain's route key
     assert done.previous_response_id == waiting.id and done.status == "completed"
     assert done.background and done.metadata == {}  # nobody waited on it
@@ -77,13 +63,13 @@ async def test_a_run_resumed_through_the_runs_api_is_a_new_response(
     replay = await client.get(f"/v1/responses/{done.id}?stream=true")
     events = valid_events(replay.text)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert _dump(valid(events[-1]["response"])) == _dump(done)
+    assert dump(valid(events[-1]["response"])) == dump(done)
 
     # Answering the waiting response now is a 409 naming the response its run went on as.
     with pytest.raises(openai.ConflictError) as answered:
         await oai.responses.create(
             model="careful",
-            input=[_decision(request.id)],  # type: ignore[list-item]
+            input=[decision(request.id)],  # type: ignore[list-item]
             previous_response_id=waiting.id,
         )
     assert answered.value.code == "run_not_waiting" and next_id in answered.value.message
@@ -94,14 +80,11 @@ async def test_a_run_resumed_through_the_runs_api_is_a_new_response(
 
 
 async def test_an_approval_timeout_is_a_new_response_that_denied(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    spec = {"kind": "tool_agent", "model": "calc", "tools": [{"name": "Calculator"}]}
     approval = {"tools": ["Calculator"], "timeout_s": 1}
-    made = await client.post(
-        "/v1/agents", json={"name": "hasty", "spec": {**spec, "approval": approval}}
-    )
+    spec = {**CALCULATOR_AGENT, "approval": approval}
+    made = await client.post("/v1/agents", json={"name": "hasty", "spec": spec})
     assert made.status_code == 201, made.text
     conversation = await oai.conversations.create()
     waiting = await oai.responses.create(
@@ -109,11 +92,11 @@ async def test_an_approval_timeout_is_a_new_response_that_denied(
     )
     [request] = waiting.output
     assert request.type == "mcp_approval_request"
-    assert (await _until_ended(client, waiting.id))["status"] == "completed"
+    assert (await until_ended(client, waiting.id))["status"] == "completed"
     again = await oai.responses.retrieve(waiting.id)
     assert again.metadata is not None
     done = await oai.responses.retrieve(again.metadata["next_response_id"])
-    valid(_dump(done))
+    valid(dump(done))
     # In the conversation: the new response is its latest (no previous_response_id).
     assert done.conversation is not None and done.conversation.id == conversation.id
     assert done.previous_response_id is None
@@ -128,28 +111,14 @@ async def test_an_approval_timeout_is_a_new_response_that_denied(
 
 
 async def test_a_store_false_answer_is_not_kept_and_its_run_goes_on(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
-    decision = _decision(waiting.output[0].id)
+    waiting = await paused(oai, client)
     with pytest.raises(openai.BadRequestError) as background:
-        await oai.responses.create(
-            model="careful",
-            input=[decision],  # type: ignore[list-item]
-            previous_response_id=waiting.id,
-            store=False,
-            background=True,
-        )
+        await approve(oai, waiting, store=False, background=True)
     assert background.value.code == "not_supported"
-    done = await oai.responses.create(
-        model="careful",
-        input=[decision],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-        store=False,
-    )
-    valid(_dump(done))
+    done = await approve(oai, waiting, store=False)
+    valid(dump(done))
     assert done.output_text == "The answer is 42." and done.previous_response_id == waiting.id
     for call in (
         oai.responses.retrieve(done.id),
@@ -162,24 +131,18 @@ async def test_a_store_false_answer_is_not_kept_and_its_run_goes_on(
         assert missing.value.code == "response_not_found"
     # The run went on and is kept (as the waiting response is); the pause stays answered.
     assert (await client.get(f"/v1/runs/{waiting.id}")).json()["status"] == "completed"
-    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)
+    assert dump(await oai.responses.retrieve(waiting.id)) == dump(waiting)
     with pytest.raises(openai.ConflictError):
-        await oai.responses.create(
-            model="careful",
-            input=[decision],  # type: ignore[list-item]
-            previous_response_id=waiting.id,
-        )
+        await approve(oai, waiting)
     # Deleting the waiting response, the last one kept, takes the run with it.
     await oai.responses.delete(waiting.id)
     assert (await client.get(f"/v1/runs/{waiting.id}")).status_code == 404
 
 
 async def test_a_store_false_answer_streamed_or_paused_again(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "twice", model="twice")
-    waiting = await _waiting(oai, "twice")
+    waiting = await paused(oai, client, "twice", "twice")
     raw = await client.post(
         "/v1/responses",
         json={
@@ -187,7 +150,7 @@ async def test_a_store_false_answer_streamed_or_paused_again(
             "previous_response_id": waiting.id,
             "stream": True,
             "store": False,
-            "input": [_decision(waiting.output[0].id)],
+            "input": [decision(waiting.output[0].id)],
         },
     )
     events = valid_events(raw.text)
@@ -202,25 +165,19 @@ async def test_a_store_false_answer_streamed_or_paused_again(
     # Its approval requests are still answered by its id (the run waits on them).
     second = await oai.responses.create(
         model="twice",
-        input=[_decision(first.output[1].id)],  # type: ignore[list-item]
+        input=[decision(first.output[1].id)],  # type: ignore[list-item]
         previous_response_id=first.id,
     )
-    valid(_dump(second))
+    valid(dump(second))
     assert second.previous_response_id == first.id and second.output_text == "42 and 5."
     assert (await oai.responses.retrieve(second.id)).id == second.id
 
 
 async def test_new_input_from_an_answered_response_forks_at_its_pause(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
-    done = await oai.responses.create(
-        model="careful",
-        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-    )
+    waiting = await paused(oai, client)
+    done = await approve(oai, waiting)
     raw = await client.post(
         "/v1/responses",
         json={"model": "careful", "input": "From the pause?", "previous_response_id": waiting.id},
@@ -233,10 +190,10 @@ async def test_new_input_from_an_answered_response_forks_at_its_pause(
     assert forked != original
     # The fork's memory: the chain up to the pause (the question, the call asked for), then
     # its own turn; not what the run did after the pause.
-    memory = await _memory(client, forked)
+    memory = await session_memory(client, forked)
     assert [m["content"] for m in memory[:3:2]] == ["6 times 7?", "From the pause?"]
     assert "Calculator" in str(memory[1]["content"])  # the call it asked for, not run
-    senders = [m["sender"] for m in await _memory(client, original)]
+    senders = [m["sender"] for m in await session_memory(client, original)]
     assert "AsyncActionExecutor" in senders  # the original ran it after the pause
     assert "AsyncActionExecutor" not in [m["sender"] for m in memory]
     # The original chain is untouched: it goes on from the answer.
@@ -245,8 +202,7 @@ async def test_new_input_from_an_answered_response_forks_at_its_pause(
 
 
 async def test_only_a_background_response_is_cancelled(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
     """OpenAI cancels responses created with ``background: true`` only: a streamed one, while
     it runs, is refused (400) and goes on to its end."""
@@ -270,22 +226,16 @@ async def test_only_a_background_response_is_cancelled(
 
 
 async def test_an_answer_and_a_run_resume_at_once_make_one_response(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
     """Of an ``mcp_approval_response`` and ``POST /v1/runs/{id}/resume`` at the same moment,
     one goes on and the other is a 409; either way the run's next response exists."""
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
+    waiting = await paused(oai, client)
     request_id = waiting.output[0].id
 
     async def answer() -> int:
         try:
-            await oai.responses.create(
-                model="careful",
-                input=[_decision(request_id)],  # type: ignore[list-item]
-                previous_response_id=waiting.id,
-            )
+            await approve(oai, waiting)
         except openai.ConflictError as exc:
             assert exc.code == "run_not_waiting"
             return 409
@@ -297,29 +247,19 @@ async def test_an_answer_and_a_run_resume_at_once_make_one_response(
 
     codes = sorted(await asyncio.gather(answer(), resume()))
     assert codes in ([200, 409], [202, 409]), codes
-    assert (await _until_ended(client, waiting.id))["status"] == "completed"
+    assert (await until_ended(client, waiting.id))["status"] == "completed"
     with pytest.raises(openai.ConflictError) as answered:  # names the one that went on
-        await oai.responses.create(
-            model="careful",
-            input=[_decision(request_id)],  # type: ignore[list-item]
-            previous_response_id=waiting.id,
-        )
+        await approve(oai, waiting)
     next_id = answered.value.message.split("went on as response '")[1].split("'")[0]
     done = await oai.responses.retrieve(next_id)
     assert done.previous_response_id == waiting.id and done.output_text == "The answer is 42."
 
 
 async def test_a_second_pause_resumed_through_the_runs_api_follows_the_first_answer(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "twice", model="twice")
-    waiting = await _waiting(oai, "twice")
-    first = await oai.responses.create(
-        model="twice",
-        input=[_decision(waiting.output[0].id)],  # type: ignore[list-item]
-        previous_response_id=waiting.id,
-    )
+    waiting = await paused(oai, client, "twice", "twice")
+    first = await approve(oai, waiting, "twice")
     request = first.output[-1]
     assert request.type == "mcp_approval_request"
     resumed = await client.post(
@@ -327,12 +267,12 @@ async def test_a_second_pause_resumed_through_the_runs_api_follows_the_first_ans
         json={"decisions": [{"id": request.id, "action": "deny", "message": "enough"}]},
     )
     assert resumed.status_code == 202, resumed.text
-    assert (await _until_ended(client, waiting.id))["status"] == "completed"
-    assert _dump(await oai.responses.retrieve(waiting.id)) == _dump(waiting)  # answered here
+    assert (await until_ended(client, waiting.id))["status"] == "completed"
+    assert dump(await oai.responses.retrieve(waiting.id)) == dump(waiting)  # answered here
     again = await oai.responses.retrieve(first.id)
     assert again.metadata is not None and _without_metadata(again) == _without_metadata(first)
     second = await oai.responses.retrieve(again.metadata["next_response_id"])
-    valid(_dump(second))
+    valid(dump(second))
     assert second.previous_response_id == first.id
     assert [i.type for i in second.output] == ["message"]  # the denied call did not run
     [item] = (await oai.responses.input_items.list(second.id)).data
@@ -341,16 +281,14 @@ async def test_a_second_pause_resumed_through_the_runs_api_follows_the_first_ans
 
 
 async def test_an_edited_call_shows_the_arguments_it_ran_with(
-    oai: openai.AsyncOpenAI,  # noqa: F811
-    client: httpx.AsyncClient,
+    oai: openai.AsyncOpenAI, client: httpx.AsyncClient
 ) -> None:
-    await _agent(client, "careful")
-    waiting = await _waiting(oai)
+    waiting = await paused(oai, client)
     [request] = waiting.output
     edit = {"id": request.id, "action": "edit", "arguments": {"expression": "2 * 3"}}
     resumed = await client.post(f"/v1/runs/{waiting.id}/resume", json={"decisions": [edit]})
     assert resumed.status_code == 202, resumed.text
-    assert (await _until_ended(client, waiting.id))["status"] == "completed"
+    assert (await until_ended(client, waiting.id))["status"] == "completed"
     again = await oai.responses.retrieve(waiting.id)
     assert again.metadata is not None
     done = await oai.responses.retrieve(again.metadata["next_response_id"])
