@@ -65,6 +65,7 @@ class KernelPool:
         self._allocator: UidAllocator | None = None
         self._starting: asyncio.Future[Level] | None = None  # the one start-up (see _start)
         self._unused: set[SandboxKernel] = set()  # started, no cell run yet (fresh for one)
+        self._room_waiters = 0  # cells waiting in _make_room (a prestart never takes their slot)
         self.start_error: str | None = None  # why the last start-up failed (None: it did not)
         self.closed = False
 
@@ -362,7 +363,7 @@ class KernelPool:
                     return False
                 if kernel is not None:
                     await self._drop(key)
-                if len(self.kernels) >= self.config.max_kernels:
+                if len(self.kernels) >= self.config.max_kernels or self._room_waiters:
                     log.debug("no free kernel slot: session %s starts its kernel lazily", key[0])
                     return False
                 await self._spawn(key)  # no await since the check: the slot is this one's
@@ -409,9 +410,13 @@ class KernelPool:
                     f"all {self.config.max_kernels} kernels are busy "
                     "(AGENTSTATION_SANDBOX_MAX_KERNELS); try again later"
                 )
-            async with self._slot_freed:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._slot_freed.wait(), remaining)
+            self._room_waiters += 1
+            try:
+                async with self._slot_freed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._slot_freed.wait(), remaining)
+            finally:
+                self._room_waiters -= 1
 
     async def _drop(self, key: KernelKey) -> None:
         kernel = self.kernels.pop(key, None)

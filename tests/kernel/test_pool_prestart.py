@@ -70,3 +70,30 @@ async def test_a_pool_with_prestart_off_starts_nothing_ahead() -> None:
     finally:
         await pool.aclose()
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_a_prestart_never_takes_the_slot_a_waiting_cell_needs() -> None:
+    base = make_base_dir()
+    pool = KernelPool(sandbox_config(base, max_kernels=1, queue_timeout_s=20))
+    try:
+        await pool.execute("busy", "x = 1")
+        running = asyncio.ensure_future(pool.execute("busy", "import time; time.sleep(10)"))
+        waiting = asyncio.ensure_future(pool.execute("waiter", "print(3)"))
+        for _ in range(100):  # the waiter's cell waits for the one slot
+            if pool._room_waiters:
+                break
+            await asyncio.sleep(0.05)
+        assert pool._room_waiters == 1
+        # The slot frees (the busy session is stopped) while a new session's prestart comes.
+        stopping = asyncio.ensure_future(pool.shutdown_session("busy"))
+        await asyncio.sleep(0)
+        started = pool.prestart("new")
+        assert started is not None and await asyncio.wrap_future(started) is False
+        await stopping
+        cell = await asyncio.wait_for(waiting, 10)  # not after its whole queue timeout
+        assert cell.status == "ok" and cell.output.strip() == "3"
+        assert list(pool.kernels) == [("waiter", "default")]
+        await asyncio.gather(running, return_exceptions=True)  # its kernel was stopped
+    finally:
+        await pool.aclose()
+        shutil.rmtree(base, ignore_errors=True)
