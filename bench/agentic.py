@@ -8,7 +8,9 @@ settings with a KV cache small enough that 32 sessions do not all fit (``--kv-ca
 
 - **A, AgentStation**: a ``tool_agent`` with the sandboxed IPython tool, ``max_turn`` =
   steps + 1, native tool calls; one streamed ``POST /v1/sessions/{id}/messages`` per session
-  (the session created before the clock starts); the loop and the kernel are server-side.
+  (the session created before the clock starts, and its sandboxed kernel, which the gateway
+  starts with the session, up before it: ``kernels_at_start``); the loop and the kernel are
+  server-side. Its sessions are deleted after the round (their kernels stop, as B's do).
 - **B, a client-side loop**: the OpenAI Agents SDK (``bench/agentic_client.py`` in its own venv,
   ``.venv-agents-sdk``: it imports as ``agents``) with a function tool that runs the cell in a
   local Jupyter kernel (the sandbox's kernel environment; kernels started before the clock
@@ -309,11 +311,13 @@ async def server_round(
     timeout = aiohttp.ClientTimeout(total=1800)
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=conn) as http:
+        idle0 = await idle_kernels(http, url)
         ids = []
         for _ in range(sessions):
             async with http.post(f"{url}/v1/sessions", json={"agent": AGENT_NAME}) as resp:
                 resp.raise_for_status()
                 ids.append(str((await resp.json())["id"]))
+        up = await kernels_up(http, url, idle0 + sessions) - idle0
         before = await prefix_counters(metrics_url)
         spy = _py_spy(pid, profile)
         cpu0 = tree_cpu_s(pid)
@@ -329,8 +333,42 @@ async def server_round(
                 spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
                 spy.wait(timeout=120)
         after = await prefix_counters(metrics_url)
+        for sid in ids:  # their kernels stop (as B's do): the next round's start in free slots
+            async with http.delete(f"{url}/v1/sessions/{sid}") as resp:
+                resp.raise_for_status()
     return {"wall_s": wall, "sessions": got, "prefix": (before, after), "server_cpu_s": cpu,
-            "thread_cpu_s": threads}  # fmt: skip
+            "thread_cpu_s": threads, "kernels_at_start": up}  # fmt: skip
+
+
+async def idle_kernels(http: aiohttp.ClientSession, url: str) -> int:
+    """The gateway's started, idle sandboxed kernels (its ``agentstation_kernels`` gauge)."""
+    async with http.get(f"{url}/metrics") as resp:
+        resp.raise_for_status()
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith('agentstation_kernels{state="idle"}'):
+            return int(float(line.split()[-1]))
+    return 0
+
+
+async def kernels_up(
+    http: aiohttp.ClientSession, url: str, target: int, stall_s: float = 5.0, limit_s: float = 180
+) -> int:
+    """Side A's clock starts once its sessions' kernels are up, as B's are: the gateway starts
+    a session's kernel when the session is created (docs/sandbox.md, ``PRESTART``); wait until
+    ``target`` kernels are idle. A gateway that starts none ahead (a tree before it, or no free
+    slot) stops gaining: after ``stall_s`` without a new one the round starts with those up
+    (``kernels_at_start`` in the row; the others start in their first cell, on the clock)."""
+    start = last_change = time.monotonic()
+    seen = await idle_kernels(http, url)
+    while seen < target and time.monotonic() - start < limit_s:
+        await asyncio.sleep(0.1)
+        now = await idle_kernels(http, url)
+        if now != seen:
+            seen, last_change = now, time.monotonic()
+        elif time.monotonic() - last_change > stall_s:
+            break
+    return seen
 
 
 def thread_cpu_s(pid: int | None) -> dict[int, float]:
@@ -408,7 +446,8 @@ def client_round(url: str, sessions: int, steps: int, pid: int | None = None) ->
         at = done.stderr.rfind("Traceback")  # the SDK's error, not the kernels' goodbyes
         detail = done.stderr[at : at + 3000] if at >= 0 else done.stderr[-1500:]
         raise RuntimeError(f"agentic_client exited {done.returncode}: {detail}")
-    return {**json.loads(line), "prefix": (before, after), "server_cpu_s": cpu}
+    got = {**json.loads(line), "prefix": (before, after), "server_cpu_s": cpu}
+    return {**got, "kernels_at_start": sessions}  # started and ready before the clock
 
 
 def check_same_work(side: str, got: dict[str, Any], steps: int) -> None:
@@ -432,6 +471,9 @@ def summarize(side: str, got: dict[str, Any]) -> dict[str, Any]:
         "session_p50_ms": round(1000 * statistics.median(walls), 1),
         "session_max_ms": round(1000 * max(walls), 1),
         "round_wall_ms": round(1000 * got["wall_s"], 1),
+        # Sessions whose kernel was up when the clock started (B: all; A: those its gateway
+        # started with the session, the rest start in their first cell).
+        "kernels_at_start": got.get("kernels_at_start"),
         "post_tool_ttft_p50_ms": round(1000 * pct(ttfts, 50), 1),
         "post_tool_ttft_p90_ms": round(1000 * pct(ttfts, 90), 1),
         "post_tool_ttfts": len(ttfts),

@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, BinaryIO
 
 from agents import (  # the OpenAI Agents SDK (this venv's), not the project's library
     Agent,
@@ -64,6 +64,43 @@ async def run_cell(kc: Any, code: str) -> str:
 
     await kc.execute_interactive(code, output_hook=hook, timeout=120)
     return "".join(out).strip()
+
+
+def _new_file(path: str) -> BinaryIO:
+    return open(path, "wb")  # closed by the caller once the kernel has it
+
+
+def _tail(path: str, size: int = 2000) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()[-size:]
+
+
+async def start_kernel(index: int, logs: str, tries: int = 3) -> tuple[Any, Any]:
+    """One local kernel that answered ``kernel_info``, and its client. Each kernel's output
+    goes to a file of its own (not this process's stderr); a kernel that dies or stays silent
+    is reported on stderr (its exit code, the end of its output: why, for the record) and
+    replaced by a fresh one, up to ``tries`` kernels."""
+    for attempt in range(1, tries + 1):
+        km = AsyncKernelManager(kernel_name="benchcell")
+        path = os.path.join(logs, f"kernel-{index}-{attempt}.log")
+        log = _new_file(path)
+        try:
+            await km.start_kernel(stdout=log, stderr=log)
+        finally:
+            log.close()  # the kernel holds its own copy of the descriptor
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=120)
+            return km, kc
+        except RuntimeError as exc:
+            process = getattr(km.provisioner, "process", None)
+            code = process.poll() if process is not None else None
+            print(f"kernel {index}, try {attempt}: {exc} (exit code {code}); its output:\n"
+                  f"{_tail(path)}", file=sys.stderr, flush=True)  # fmt: skip
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+    raise RuntimeError(f"kernel {index}: {tries} kernels in a row failed to start (see above)")
 
 
 async def session(cfg: dict[str, Any], client: AsyncOpenAI, kc: Any, start: asyncio.Event) -> Any:
@@ -131,18 +168,15 @@ async def main() -> None:
     set_tracing_disabled(True)
     kernelspec(cfg["kernel_python"])
     client = AsyncOpenAI(base_url=cfg["url"] + "/v1", api_key="bench", max_retries=0, timeout=600)
-    managers = [AsyncKernelManager(kernel_name="benchcell") for _ in range(cfg["sessions"])]
-    # One at a time (not timed): at 32 sessions a concurrent start once left a kernel dead
-    # before kernel_info (2026-11-27 quiet sitting; cause not established).
-    for km in managers:
-        await km.start_kernel()
-    clients = [km.client() for km in managers]
-    for kc in clients:
-        kc.start_channels()
-    # One at a time: 32 concurrent waits once blocked the loop for good in a synchronous zmq
-    # send inside jupyter_client's wait_for_ready (py-spy), where its timeout cannot fire.
-    for kc in clients:
-        await kc.wait_for_ready(timeout=120)
+    logs = tempfile.mkdtemp(prefix="agentic-kernel-logs-")
+    # One at a time (not timed): at 32 sessions a concurrent start left a kernel dead before
+    # kernel_info twice (2026-11-27, load 12 and the quiet sitting; not reproduced alone, 3 × 32
+    # concurrent starts at load 12 on 2026-11-29, cause not established), and 32 concurrent
+    # waits once blocked the loop for good in a synchronous zmq send inside jupyter_client's
+    # wait_for_ready (py-spy), where its timeout cannot fire.
+    kernels = [await start_kernel(i, logs) for i in range(cfg["sessions"])]
+    managers = [km for km, _ in kernels]
+    clients = [kc for _, kc in kernels]
     start = asyncio.Event()
     tasks = [asyncio.create_task(session(cfg, client, kc, start)) for kc in clients]
     await asyncio.sleep(0.2)

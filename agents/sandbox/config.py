@@ -48,6 +48,9 @@ class SandboxConfig:
     max_kernels: int = 16
     queue_timeout_s: float = 10.0
     start_concurrency: int = field(default_factory=lambda: os.cpu_count() or 2)
+    # Start a session's kernel when the session is created (a free slot only), not in its
+    # first cell: KernelPool.prestart, called by the gateway's POST /v1/sessions.
+    prestart: bool = True
     uid_base: int = 200_000
     uid_count: int = 10_000
 
@@ -83,6 +86,8 @@ def _parse(name: str, raw: str, type_name: object) -> object:
             if raw.upper() not in LEVELS:
                 raise ValueError(f"expected one of {', '.join(LEVELS)}")
             return raw.upper()
+        if text == "bool":
+            return _flag(raw)
         if text == "int":
             return int(raw)
         if text == "float":
@@ -90,3 +95,12 @@ def _parse(name: str, raw: str, type_name: object) -> object:
     except ValueError as exc:
         raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r}: {exc}") from exc
     return raw
+
+
+def _flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false (1/0, yes/no, on/off)")

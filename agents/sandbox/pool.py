@@ -1,4 +1,5 @@
-"""KernelPool: one sandboxed kernel per (session, agent), started lazily, bounded, reaped.
+"""KernelPool: one sandboxed kernel per (session, agent), started lazily (or ahead, with the
+session: ``prestart``), bounded, reaped.
 
 One module of ~370 lines on purpose: the pool's start-up (single-flight), admission, reaping
 and shutdown share its lock and bookkeeping; the kernel itself is agents/sandbox/kernel.py.
@@ -7,6 +8,7 @@ and shutdown share its lock and bookkeeping; the kernel itself is agents/sandbox
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -62,6 +64,8 @@ class KernelPool:
         self._lock: FileLock | None = None
         self._allocator: UidAllocator | None = None
         self._starting: asyncio.Future[Level] | None = None  # the one start-up (see _start)
+        self._unused: set[SandboxKernel] = set()  # started, no cell run yet (fresh for one)
+        self._room_waiters = 0  # cells waiting in _make_room (a prestart never takes their slot)
         self.start_error: str | None = None  # why the last start-up failed (None: it did not)
         self.closed = False
 
@@ -107,6 +111,21 @@ class KernelPool:
             cell = self._loop().run_sync(self._execute((session_key, agent), code, timeout_s))
             span.set_attribute("agentstation.kernel.status", cell.status)
             return cell
+
+    def prestart(
+        self, session_key: str, agent: str = "default"
+    ) -> concurrent.futures.Future[bool] | None:
+        """Start the (session, agent) kernel in the background, so that its first cell finds
+        it up; returns at once (None: nothing scheduled). Only into a free slot below
+        ``max_kernels`` (never evicting a kernel), through the same ``start_concurrency``
+        slots as any start; skipped while the pool's start-up has not ended, when the
+        kernel exists or a cell is on it, or with ``prestart`` off. The future says whether a
+        kernel was started; a failure is logged, never raised (the first cell starts one)."""
+        if not self.config.prestart or self.closed or self.level is None or not self.level_ok:
+            return None
+        if self._thread is None:
+            return None
+        return self._thread.submit(self._prestart((session_key, agent)))
 
     async def shutdown_session(self, session_key: str, remove_files: bool = False) -> None:
         """Stop the session's kernels (all agents); with ``remove_files`` drop its work dir."""
@@ -296,10 +315,11 @@ class KernelPool:
             )
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            known = self.kernels.get(key)
             kernel = await self._kernel(key)
+            fresh = kernel in self._unused  # its first cell (it may have been prestarted)
+            self._unused.discard(kernel)
             result = await kernel.execute(code, limit_s or self.config.timeout_s)
-            result.kernel, result.fresh = kernel.name, kernel is not known
+            result.kernel, result.fresh = kernel.name, fresh
             if result.status in ("timeout", "died"):
                 await self._hard_restart(key, kernel, result)
             dirs = [self.workdir(key[0]), kernel.run_dir]
@@ -329,6 +349,31 @@ class KernelPool:
         if kernel is not None:
             await self._drop(key)
         await self._make_room()
+        return await self._spawn(key)
+
+    async def _prestart(self, key: KernelKey) -> bool:
+        """``prestart`` on the pool's loop: a kernel only into a free slot, else nothing."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        if lock.locked():  # a cell (or another prestart) is on this kernel already
+            return False
+        try:
+            async with lock:
+                kernel = self.kernels.get(key)
+                if kernel is not None and kernel.alive:
+                    return False
+                if kernel is not None:
+                    await self._drop(key)
+                if len(self.kernels) >= self.config.max_kernels or self._room_waiters:
+                    log.debug("no free kernel slot: session %s starts its kernel lazily", key[0])
+                    return False
+                await self._spawn(key)  # no await since the check: the slot is this one's
+                return True
+        except Exception:
+            log.exception("kernel of session %s: the start ahead of its first cell failed", key[0])
+            return False
+
+    async def _spawn(self, key: KernelKey) -> SandboxKernel:
+        """Start the key's kernel in a slot the caller made sure is free."""
         assert self._start_slots is not None and self.level is not None
         workdir = self.workdir(key[0])
         uid = self._uid_for(key[0])
@@ -345,6 +390,7 @@ class KernelPool:
             raise
         finally:
             kernel.busy = False
+        self._unused.add(kernel)
         return kernel
 
     async def _make_room(self) -> None:
@@ -364,13 +410,18 @@ class KernelPool:
                     f"all {self.config.max_kernels} kernels are busy "
                     "(AGENTSTATION_SANDBOX_MAX_KERNELS); try again later"
                 )
-            async with self._slot_freed:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._slot_freed.wait(), remaining)
+            self._room_waiters += 1
+            try:
+                async with self._slot_freed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._slot_freed.wait(), remaining)
+            finally:
+                self._room_waiters -= 1
 
     async def _drop(self, key: KernelKey) -> None:
         kernel = self.kernels.pop(key, None)
         if kernel is not None:
+            self._unused.discard(kernel)
             await kernel.shutdown()
         if self._slot_freed is not None:
             async with self._slot_freed:

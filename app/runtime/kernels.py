@@ -11,15 +11,22 @@ session's work dir survive only where the work dir is shared (docs/deploy.md).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from agents.sandbox import CellResult, KernelPool, SandboxConfig
 from app.runtime.events import RunChannel
 from app.runtime.store.fleet import FleetStore
 from app.schemas.vocab import EventType
+
+if TYPE_CHECKING:
+    from app.schemas.agents import AgentSpec
+
+log = logging.getLogger("agentstation.kernels")
 
 NOTE = (
     "Note: this session's Python kernel was restarted before this cell (variables, imports "
@@ -75,3 +82,31 @@ class FleetKernelPool(KernelPool):
         """The session's kernels were stopped on purpose (reset, delete): no restart to tell."""
         if self.fleet is not None:
             await self.fleet.forget_kernels(session_pk)
+
+
+def kernel_agents(spec: AgentSpec) -> set[str]:
+    """The kernel names (each IPython tool's ``agent``, "default" unless set) of a spec's
+    sandboxed Python tools, its inline agents' included (the registry gives every tool whose
+    name starts with ``IPython`` the gateway's pool; stored agents named by a spec are not
+    followed: their kernels start lazily)."""
+    found = {
+        str(ref.config.get("agent", "default"))
+        for ref in spec.tools
+        if ref.name.startswith("IPython")
+    }
+    for _path, child in spec.children():
+        if not isinstance(child, str):
+            found |= kernel_agents(child)
+    return found
+
+
+def prestart_kernels(pool: Any, session_key: str, spec: AgentSpec) -> None:
+    """Start a new session's kernels in the background (``KernelPool.prestart``: free slots
+    only, never waited for here, a failure logged); nothing without a pool or a Python tool."""
+    if pool is None:
+        return
+    try:
+        for agent in kernel_agents(spec):
+            pool.prestart(session_key, agent)
+    except Exception:  # a kernel started ahead is an optimisation: the first cell starts one
+        log.exception("starting the kernels of session %s ahead failed", session_key)

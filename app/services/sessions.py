@@ -15,6 +15,7 @@ from app.db.base import new_id, transient, utcnow
 from app.db.models import Agent, Message, Run
 from app.db.models import Session as SessionRow
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
+from app.runtime.kernels import prestart_kernels
 from app.runtime.memory_cache import Lists
 from app.runtime.messages import dump_message
 from app.runtime.public import iso
@@ -97,6 +98,7 @@ async def new_session(state: AppState, tenant_id: str, body: SessionCreate) -> d
         new_id("sesspk"), tenant_id, body.id or new_id("sess"), body.agent, body.metadata, now
     )
     agent_id, version, spec = await state.run_manager.store.create_session(new)
+    prestart_kernels(state.kernel_pool, f"{tenant_id}:{new.id}", spec)  # in the background
     budget = spec.budget
     if state.tenant_usage.unlimited.get(tenant_id) and (
         budget is None or budget.max_total_tokens is None

@@ -182,6 +182,7 @@ def test_agentic_bench_runs_the_same_cells_on_both_sides() -> None:
         assert 0 < row["post_tool_call_p50_ms"] < row["session_p50_ms"]
         assert row["engine_ttft_mean_ms"] > 0  # vLLM's own histogram, on both sides
         assert row["prefix_hit_rate"] is not None and 0 < row["prefix_hit_rate"] <= 1
+        assert row["kernels_at_start"] == 2  # A's too: started with its sessions (PRESTART)
     # A's first sign of the next step never comes after that step's call is complete (with the
     # product's default, no argument deltas, it is the complete call: docs/engine.md).
     assert sides["A"]["post_tool_ttft_p50_ms"] <= sides["A"]["post_tool_call_p50_ms"]
