@@ -394,13 +394,18 @@ class KernelPool:
         return kernel
 
     async def _make_room(self) -> None:
-        """Below max_kernels: evict the least recently used idle kernel, or wait, or fail."""
+        """Below max_kernels: evict an idle kernel (one started ahead that never ran a cell
+        first: it holds no session's state; else the least recently used), or wait, or fail."""
         assert self._slot_freed is not None
         deadline = time.monotonic() + self.config.queue_timeout_s
         while len(self.kernels) >= self.config.max_kernels:
-            idle = [(k.last_used, key) for key, k in self.kernels.items() if not k.busy]
+            idle = [
+                (k not in self._unused, k.last_used, key)
+                for key, k in self.kernels.items()
+                if not k.busy
+            ]
             if idle:
-                victim = min(idle)[1]
+                victim = min(idle)[2]
                 log.info("evicting idle kernel of session %s to make room", victim[0])
                 await self._drop(victim)
                 return

@@ -97,3 +97,20 @@ async def test_a_prestart_never_takes_the_slot_a_waiting_cell_needs() -> None:
     finally:
         await pool.aclose()
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_a_full_pool_evicts_a_kernel_started_ahead_before_one_with_state() -> None:
+    base = make_base_dir()
+    pool = KernelPool(sandbox_config(base, max_kernels=2, queue_timeout_s=5))
+    try:
+        await pool.execute("old", "x = 41")  # a session's state, least recently used
+        started = pool.prestart("new")  # never ran a cell: holds nothing
+        assert started is not None and await asyncio.wrap_future(started) is True
+        cell = await pool.execute("third", "print(1)")  # the pool is full: one must go
+        assert cell.status == "ok"
+        assert set(pool.kernels) == {("old", "default"), ("third", "default")}
+        kept = await pool.execute("old", "print(x + 1)")
+        assert kept.output.strip() == "42" and not kept.fresh
+    finally:
+        await pool.aclose()
+        shutil.rmtree(base, ignore_errors=True)
