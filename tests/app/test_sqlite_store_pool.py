@@ -16,6 +16,7 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.models import Base
 from app.runtime.store.base import SessionNotFound
 from app.runtime.store.sqlite import SqliteRunStore
+from app.services.responses_plan import _CHAIN_END_SQLITE
 
 
 @pytest.fixture
@@ -75,3 +76,19 @@ async def test_a_failed_write_transaction_is_rolled_back(engine: AsyncEngine) ->
         )
     await store.append_events([])  # the write path is free again (the gate, the connection)
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_the_chain_end_finds_the_latest_run_without_sorting_the_sessions_runs(
+    engine: AsyncEngine,
+) -> None:
+    """The chain end's "latest run of the session" is one step of an index (migration 0014:
+    the models match the migrations, tests/app/test_migrations.py), not a sort of all the
+    session's runs (a cost that grew with the chain)."""
+
+    def plan(handle: sqlite3.Connection) -> list[str]:
+        rows = handle.execute("EXPLAIN QUERY PLAN " + _CHAIN_END_SQLITE, ("r",)).fetchall()
+        return [row[3] for row in rows]
+
+    steps = await raw.on_sqlite(engine, plan)
+    assert any("ix_runs_session_pk_created_at" in step for step in steps), steps
+    assert not any("TEMP B-TREE" in step for step in steps), steps
