@@ -99,6 +99,18 @@ def stored(value: Any) -> Any:
     return value
 
 
+_AS_IS = frozenset({str, int, float, bool, type(None)})  # exact types ``stored`` keeps
+
+
+def _stored_row(values: dict[str, Any], names: list[str]) -> list[Any]:
+    """``stored`` of each of ``values``' ``names`` (a run's row: most of its ~20 columns are
+    kept as they are, without the call)."""
+    return [
+        value if type(value) in _AS_IS else stored(value)
+        for value in map(values.__getitem__, names)
+    ]
+
+
 def _utc(value: Any) -> datetime | None:
     """A datetime as SQLAlchemy stored it (naive UTC text), timezone-aware (``UTCDateTime``)."""
     if value is None:
@@ -232,7 +244,7 @@ class SqliteRunStore(RunStore):
             if active:
                 run.status, run.started_at = RunStatus.QUEUED, None
             values = columns(run)
-            tx.execute(INSERT_RUN, [stored(values[name]) for name in RUN_COLUMNS])
+            tx.execute(INSERT_RUN, _stored_row(values, RUN_COLUMNS))
             return None, int(rows[0][0]), active, bool(rows[0][3])
 
         def by_key(tx: _Tx) -> Any:
