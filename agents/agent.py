@@ -58,14 +58,18 @@ class BaseAgent:
 
     # -- registration (PyTorch-module-like) -------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
-        registries = self.__dict__.setdefault(
-            "_registries", {"agent": {}, "llm": {}, "executor": {}}
-        )
-        for registry in registries.values():
-            registry.pop(name, None)
-        kind = _kind_of(value)
-        if kind is not None and not name.startswith("_"):
-            registries[kind][name] = value
+        # Per turn an agent is built with ~10 attributes: a private name (never registered) or
+        # a plain value (never an agent, an LLM or an executor) skips the kind test.
+        registries = self.__dict__.get("_registries")
+        if registries is None:
+            registries = self.__dict__["_registries"] = {"agent": {}, "llm": {}, "executor": {}}
+        if name[:1] != "_":
+            for registry in registries.values():
+                if registry:
+                    registry.pop(name, None)
+            kind = None if type(value) in _PLAIN else _kind_of(value)
+            if kind is not None:
+                registries[kind][name] = value
         super().__setattr__(name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -411,18 +415,73 @@ def _detached(message: AgentMessage) -> AgentMessage:
     enums included), else a deep one."""
     if all(isinstance(value, IMMUTABLE) for value in message.__dict__.values()):
         return message.model_copy()
-    return copy.deepcopy(message)
+    if message.__pydantic_extra__ or message.__pydantic_private__:
+        return copy.deepcopy(message)
+    # Mutable fields of plain JSON values (a turn's input: its parts, its ``extra_info``):
+    # copied by ``_plain_copy``, the same tree ``copy.deepcopy`` makes in a fraction of its
+    # calls; anything else (another type, a container met twice) falls back to it.
+    copied = message.model_copy()
+    fields = copied.__dict__
+    seen: set[int] = set()
+    try:
+        for name, value in fields.items():
+            if not isinstance(value, IMMUTABLE):
+                fields[name] = _plain_copy(value, seen)
+    except _NotPlain:
+        return copy.deepcopy(message)
+    return copied
+
+
+class _NotPlain(Exception):
+    """A value ``_plain_copy`` does not copy."""
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain_copy(value: Any, seen: set[int]) -> Any:
+    """A copy of a tree of dicts and lists of str, int, float, bool and None (exact types);
+    ``_NotPlain`` for anything else, or a container met twice (``copy.deepcopy`` keeps the
+    sharing)."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is not dict and kind is not list:
+        raise _NotPlain
+    if id(value) in seen:
+        raise _NotPlain
+    seen.add(id(value))
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) not in _ATOMS:
+                raise _NotPlain
+            out[key] = item if type(item) in _ATOMS else _plain_copy(item, seen)
+        return out
+    return [item if type(item) in _ATOMS else _plain_copy(item, seen) for item in value]
+
+
+# Values that are never an agent, an LLM or an executor (exact types: no subclass).
+_PLAIN = frozenset({str, int, float, bool, type(None), dict, list, tuple})
+_EXECUTORS: tuple[Any, tuple[type, ...]] = (None, ())  # (their module, its executor classes)
 
 
 def _kind_of(value: Any) -> str | None:
+    global _EXECUTORS
     if isinstance(value, BaseAgent):
         return "agent"
     if isinstance(value, AsyncBaseLLM):
         return "llm"
     # No import of agents.actions here: if its module isn't loaded, no executor can exist.
     executors = sys.modules.get("agents.actions.executor")
-    names = ("ActionExecutor", "AsyncActionExecutor")
-    classes = tuple(getattr(executors, n) for n in names if hasattr(executors, n))
+    if executors is None:
+        return None
+    module, classes = _EXECUTORS
+    if module is not executors:
+        names = ("ActionExecutor", "AsyncActionExecutor")
+        classes = tuple(getattr(executors, n) for n in names if hasattr(executors, n))
+        if len(classes) == len(names):  # (not while the module is still being imported)
+            _EXECUTORS = (executors, classes)
     return "executor" if classes and isinstance(value, classes) else None
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import shutil
 import statistics
@@ -74,8 +75,9 @@ def _base_dir() -> Path:
 
 async def main(counts: list[int], concurrency: int | None) -> None:
     base = _base_dir()
-    extra = {} if concurrency is None else {"start_concurrency": concurrency}
-    config = SandboxConfig(base_dir=base, min_level="L0", max_kernels=max(counts), **extra)
+    config = SandboxConfig(base_dir=base, min_level="L0", max_kernels=max(counts))
+    if concurrency is not None:
+        config = dataclasses.replace(config, start_concurrency=concurrency)
     pool = KernelPool(config)
     try:
         level = await pool.start()

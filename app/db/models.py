@@ -121,6 +121,8 @@ class Run(Base):
     __table_args__ = (
         sa.UniqueConstraint("tenant_id", "idempotency_key"),
         sa.Index("ix_runs_session_pk_status", "session_pk", "status"),
+        # A session's latest run (the Responses chain end: app/services/responses_plan.py).
+        sa.Index("ix_runs_session_pk_created_at", "session_pk", "created_at", "id"),
         # Runs waiting for approval (few): each replica's deadline check reads them often.
         sa.Index(
             "ix_runs_waiting",

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,12 +165,14 @@ async def chain_end(state: AppState, run_id: str) -> tuple[Any, ...] | None:
         async with raw.pooled(engine) as pg:
             row = await raw.fetchrow(pg, _CHAIN_END_PG, run_id)
         return tuple(row) if row is not None else None
-    async with raw.checked_out(engine) as fairy:  # a plain read on the sqlite3 handle
-        handle = fairy.driver_connection._connection
-        if raw.listeners:
-            raw.report(_CHAIN_END_SQLITE)
-        found = handle.execute(_CHAIN_END_SQLITE, (run_id,)).fetchone()
+    found = await raw.on_sqlite(engine, _chain_end_sqlite, run_id)  # a plain read
     return tuple(found) if found is not None else None
+
+
+def _chain_end_sqlite(handle: sqlite3.Connection, run_id: str) -> Any:
+    if raw.listeners:
+        raw.report(_CHAIN_END_SQLITE)
+    return handle.execute(_CHAIN_END_SQLITE, (run_id,)).fetchone()
 
 
 async def _continue(

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from app.db import raw
 from app.db.base import transient
@@ -44,6 +43,7 @@ from app.runtime.store.reads import reading
 from app.schemas.agents import AgentSpec
 from app.schemas.vocab import BUSY, WAITING, MultitaskStrategy, RunStatus
 
+T = TypeVar("T")
 _BUSY = ", ".join(f"'{status.value}'" for status in BUSY)
 # Also whether the session still names the run's agent (by name) and version (``current``).
 ACTIVE_RUNS = f"""\
@@ -99,6 +99,18 @@ def stored(value: Any) -> Any:
     return value
 
 
+_AS_IS = frozenset({str, int, float, bool, type(None)})  # exact types ``stored`` keeps
+
+
+def _stored_row(values: dict[str, Any], names: list[str]) -> list[Any]:
+    """``stored`` of each of ``values``' ``names`` (a run's row: most of its ~20 columns are
+    kept as they are, without the call)."""
+    return [
+        value if type(value) in _AS_IS else stored(value)
+        for value in map(values.__getitem__, names)
+    ]
+
+
 def _utc(value: Any) -> datetime | None:
     """A datetime as SQLAlchemy stored it (naive UTC text), timezone-aware (``UTCDateTime``)."""
     if value is None:
@@ -133,43 +145,50 @@ class _Tx:
         self.conn.executemany(sql, rows)
 
 
+def _transaction(handle: sqlite3.Connection, fn: Callable[[_Tx], T]) -> T:
+    """``fn`` in one write transaction on ``handle``: committed, or rolled back if it raises."""
+    if raw.listeners:
+        raw.report("BEGIN IMMEDIATE")  # a transaction (tests count them)
+    handle.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(_Tx(handle))
+    except BaseException:
+        handle.rollback()
+        raise
+    handle.commit()
+    return result
+
+
 class SqliteRunStore(RunStore):
     """``RunStore`` on SQLite."""
 
-    @asynccontextmanager
-    async def _writing(self) -> AsyncIterator[_Tx]:
-        """One write transaction, its statements sent to ``sqlite3`` directly; rolled back if
-        the block raises."""
-        async with self.writes.hold(), raw.checked_out(self.engine) as fairy:
-            handle: sqlite3.Connection = fairy.driver_connection._connection
-            if raw.listeners:
-                raw.report("BEGIN IMMEDIATE")  # a transaction (tests count them)
-            handle.execute("BEGIN IMMEDIATE")
-            try:
-                yield _Tx(handle)
-            except BaseException:
-                handle.rollback()
-                raise
-            handle.commit()
+    async def _write(self, fn: Callable[[_Tx], T]) -> T:
+        """``fn`` in one write transaction, its statements sent to ``sqlite3`` directly; rolled
+        back if ``fn`` raises."""
+        async with self.writes.hold():
+            return await raw.on_sqlite(self.engine, _transaction, fn)
 
     async def lookup(self, lease: TurnLease, tenant_id: str, session_id: str) -> Found:
         # A plain read on the connection's sqlite3 handle (no transaction, no write gate):
         # through the ORM a lookup took ~1 ms of the loop, a few percent of every turn's CPU
         # as sessions' cached entries expire (``services/turns.py: _look_up``).
-        async with raw.checked_out(self.engine) as fairy:
-            handle: sqlite3.Connection = fairy.driver_connection._connection
+        def read(handle: sqlite3.Connection) -> tuple[Any, AgentSpec, int]:
             tx = _Tx(handle)
             found = tx.execute(LOOKUP, (tenant_id, session_id)).fetchone()
             if found is None:
                 raise SessionNotFound(f"session {session_id!r} not found", param="id")
-            (pk, tenant, sid, agent_id, version, metadata, created, updated, rev) = found[:9]
-            name, raw_spec, budget, used = found[9:]
+            agent_id, version, raw_spec = found[3], found[4], found[10]
             spec = cached_spec(agent_id, version) or pinned(
                 agent_id, version, None if raw_spec is None else json.loads(raw_spec)
             )
             session_used = 0
             if spec.budget is not None and spec.budget.max_total_tokens is not None:
-                session_used = int(tx.execute(SESSION_TOKENS, (pk,)).fetchone()[0])
+                session_used = int(tx.execute(SESSION_TOKENS, (found[0],)).fetchone()[0])
+            return found, spec, session_used
+
+        found, spec, session_used = await raw.on_sqlite(self.engine, read)
+        (pk, tenant, sid, agent_id, version, metadata, created, updated, rev) = found[:9]
+        name, _, budget, used = found[9:]
         row = transient(
             SessionRow,
             pk=pk,
@@ -186,7 +205,8 @@ class SqliteRunStore(RunStore):
 
     async def create_session(self, new: NewSession) -> tuple[str, int, AgentSpec]:
         at = stored(new.at)
-        async with self._writing() as tx:
+
+        def create(tx: _Tx) -> Any:
             agent = tx.execute(AGENT, (new.tenant_id, new.agent)).fetchone()
             if agent is None:
                 raise new.unknown_agent()
@@ -195,42 +215,47 @@ class SqliteRunStore(RunStore):
                 tx.execute(CREATE_SESSION, (*row, at, at))
             except sqlite3.IntegrityError:
                 raise new.exists() from None
+            return agent
+
+        agent = await self._write(create)
         return agent[0], agent[1], agent_spec_of(agent[0], agent[1], agent[2])
 
     async def admit(self, lease: TurnLease, run: Run, strategy: str) -> Admitted:
         key = run.idempotency_key
-        earlier: str | None = None
+
+        def insert(tx: _Tx) -> tuple[str | None, int, list[str], bool]:
+            if key and (hit := tx.execute(BY_KEY, (run.tenant_id, key)).fetchone()):
+                return hit[0], 0, [], False
+            rows = tx.execute(
+                ACTIVE_RUNS, (run.agent_version, run.agent, run.session_pk)
+            ).fetchall()
+            if not rows:
+                raise NotFound(f"session {run.session_id!r} not found", param="id")
+            active = [row[1] for row in rows if row[1] is not None]
+            waiting = any(row[2] in WAITING for row in rows)
+            # A run waiting for a person is never queued behind (enqueue refuses).
+            if active and (
+                strategy == MultitaskStrategy.REJECT
+                or (waiting and strategy == MultitaskStrategy.ENQUEUE)
+            ):
+                raise SessionBusy(run.session_id)
+            # An idle session's run is ``running`` from the start (no second write); behind
+            # another run it is ``queued`` until that one ends.
+            if active:
+                run.status, run.started_at = RunStatus.QUEUED, None
+            values = columns(run)
+            tx.execute(INSERT_RUN, _stored_row(values, RUN_COLUMNS))
+            return None, int(rows[0][0]), active, bool(rows[0][3])
+
+        def by_key(tx: _Tx) -> Any:
+            return tx.execute(BY_KEY, (run.tenant_id, key)).fetchone()
+
         try:
-            async with self._writing() as tx:
-                if key and (hit := tx.execute(BY_KEY, (run.tenant_id, key)).fetchone()):
-                    earlier = hit[0]
-                else:
-                    rows = tx.execute(
-                        ACTIVE_RUNS, (run.agent_version, run.agent, run.session_pk)
-                    ).fetchall()
-                    if not rows:
-                        raise NotFound(f"session {run.session_id!r} not found", param="id")
-                    rev = int(rows[0][0])
-                    active = [row[1] for row in rows if row[1] is not None]
-                    waiting = any(row[2] in WAITING for row in rows)
-                    current = bool(rows[0][3])
-                    # A run waiting for a person is never queued behind (enqueue refuses).
-                    if active and (
-                        strategy == MultitaskStrategy.REJECT
-                        or (waiting and strategy == MultitaskStrategy.ENQUEUE)
-                    ):
-                        raise SessionBusy(run.session_id)
-                    # An idle session's run is ``running`` from the start (no second write);
-                    # behind another run it is ``queued`` until that one ends.
-                    if active:
-                        run.status, run.started_at = RunStatus.QUEUED, None
-                    values = columns(run)
-                    tx.execute(INSERT_RUN, [stored(values[name]) for name in RUN_COLUMNS])
+            earlier, rev, active, current = await self._write(insert)
         except sqlite3.IntegrityError:  # a concurrent retry with the same Idempotency-Key won
             if not key:
                 raise
-            async with self._writing() as tx:
-                hit = tx.execute(BY_KEY, (run.tenant_id, key)).fetchone()
+            hit = await self._write(by_key)
             if hit is None:
                 raise
             earlier = hit[0]
@@ -245,19 +270,17 @@ class SqliteRunStore(RunStore):
         # A live run's events mid-run (``RunChannel.save``), their JSON the SSE frames' own
         # (``raw``): through the ORM each save cost a session, a compiled insert and every
         # event's ``data`` encoded again.
-        async with self._writing() as tx:
-            tx.executemany(
-                INSERT_EVENTS,
-                [
-                    (r["run_id"], r["seq"], r["type"], _event_json(r), stored(r["created_at"]))
-                    for r in rows
-                ],
-            )
+        values: list[Sequence[Any]] = [
+            (r["run_id"], r["seq"], r["type"], _event_json(r), stored(r["created_at"]))
+            for r in rows
+        ]
+        await self._write(lambda tx: tx.executemany(INSERT_EVENTS, values))
 
     async def store_end(self, lease: TurnLease | None, end: RunEnd) -> None:
         run = end.run
         at = stored(end.at)
-        async with self._writing() as tx:
+
+        def end_run(tx: _Tx) -> None:
             if end.rewrite:
                 marks = ", ".join("?" * len(end.rewrite))
                 tx.execute(
@@ -295,3 +318,5 @@ class SqliteRunStore(RunStore):
                 INSERT_EVENTS,
                 [(run.id, e["seq"], e["type"], _event_json(e), at) for e in end.events],
             )
+
+        await self._write(end_run)
