@@ -43,7 +43,7 @@ class _GroupIds:
             from _pytest.nodeid import NodeId
         except ImportError:  # an older pytest: xdist's own hook does it
             return result
-        if not self.config.getvalue("loadgroup"):
+        if not getattr(self.config.option, "loadgroup", False):  # a worker of -n, loadgroup
             return result
         for item in items:
             names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
