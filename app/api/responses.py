@@ -7,6 +7,7 @@ Responses client); the others are declared. Every answer about a response carrie
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any, Literal
@@ -16,7 +17,7 @@ from starlette.responses import Response
 
 from app.api.event_stream import EventStreamResponse
 from app.api.fastpath import RequestOnlyRoute, documented, header_parameter
-from app.api.sse import SSE_RESPONSES, frame
+from app.api.sse import SSE_RESPONSES, event_frame, frame
 from app.deps import PrincipalDep, StateDep, app_state, authenticate, json_body, validated_body
 from app.errors import AppError, BadRequest, public_error
 from app.models.encoded import dumps
@@ -56,18 +57,25 @@ def _json(body: dict[str, Any], session_id: str | None, status: int = 200) -> Re
 
 def event_stream(
     state: AppState,
-    events: AsyncIterator[dict[str, Any]],
+    events: AsyncIterator[list[dict[str, Any]]],
     session_id: str | None,
     on_drop: Any = None,
 ) -> EventStreamResponse:
-    """Responses stream events as SSE (``event:`` its type, ``data:`` the event)."""
+    """Responses stream events as SSE (``event:`` its type, ``data:`` the event); each list
+    of ``events`` (those of one run event) is one write: the frames are the same, the
+    writes, with their layers of ASGI ``send`` wrappers, fewer (issue 25)."""
 
     async def frames() -> AsyncGenerator[bytes, None]:
         ended = False
         try:
-            async for event in events:
-                yield frame(dumps(event), event=event["type"])
-                ended = event["type"] in _TERMINAL
+            async for batch in events:
+                if len(batch) == 1:
+                    last = batch[0]
+                    yield _frame(last)
+                else:
+                    yield b"".join([_frame(e) for e in batch])
+                    last = batch[-1]
+                ended = last["type"] in _TERMINAL
             ended = True
         except Exception as exc:  # headers are sent: report in-stream, then end
             ended = True
@@ -83,6 +91,29 @@ def event_stream(
 
 
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+_TEXT_DELTA = "response.output_text.delta"
+# A text delta's frame, ``event_frame(type, dumps(event))`` byte for byte for the event
+# ``ResponseStream`` makes (its keys in this order, ``logprobs`` empty), with only the
+# JSON-escaped strings spliced in: most of a streamed Response's frames (issue 25).
+_TEXT_DELTA_FRAME = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    b'"sequence_number":%d,"item_id":%s,"output_index":%d,"content_index":%d,"delta":%s,'
+    b'"logprobs":[]}\n\n'
+)
+_escape = json.encoder.encode_basestring  # C; how ``dumps`` writes a string (UTF-8 kept)
+
+
+def _frame(event: dict[str, Any]) -> bytes:
+    """One stream event's SSE frame."""
+    if event["type"] == _TEXT_DELTA and not event["logprobs"] and len(event) == 7:
+        return _TEXT_DELTA_FRAME % (
+            event["sequence_number"],
+            _escape(event["item_id"]).encode(),
+            event["output_index"],
+            event["content_index"],
+            _escape(event["delta"]).encode(),
+        )
+    return event_frame(event["type"], dumps(event))
 
 
 def _frame_stream(frames: AsyncIterator[bytes]) -> EventStreamResponse:

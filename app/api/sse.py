@@ -65,6 +65,18 @@ def frame(
     return b"".join(parts)
 
 
+_EVENT_HEADS: dict[str, bytes] = {}  # ``event:`` line + ``data:`` field name, by event type
+
+
+def event_frame(event: str, data: bytes) -> bytes:
+    """``frame(data, event=event)``, byte for byte, with the head of each event type encoded
+    once (a streamed Response writes one per stream event: issue 25)."""
+    head = _EVENT_HEADS.get(event)
+    if head is None:
+        head = _EVENT_HEADS[event] = b"event: %s\ndata: " % event.encode()
+    return head + data + b"\n\n"
+
+
 def data_frame(obj: dict[str, Any]) -> bytes:
     """A ``data:``-only frame of a JSON object (an OpenAI chunk; an ``EncodedJSON`` is sent as
     its bytes, not re-encoded)."""

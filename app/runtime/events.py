@@ -86,6 +86,7 @@ class RunChannel:
         self._last_store = 0.0
         self._waiters: list[asyncio.Future[None]] = []  # followers waiting for a change
         self._pending: dict[str, Any] | None = None  # a message.delta being coalesced
+        self._pending_text = False  # its ``delta`` is a str (more text merges into it)
         self._unsaved: list[Event] = []
         self._last_publish = 0.0
         self._write_lock = asyncio.Lock()
@@ -95,6 +96,11 @@ class RunChannel:
         # added) or earlier by ``_nudge`` when an event or a delta needs it sooner.
         self._nap: asyncio.Future[None] | None = None
         self._nap_until = 0.0
+        # The timer of the nap's end (``_alarm_at``, monotonic), kept across naps that end at
+        # the same time (the next store, most naps of a streaming run): one timer per store
+        # period, not one per published delta (issue 25).
+        self._alarm: asyncio.TimerHandle | None = None
+        self._alarm_at = math.inf
 
     def preload(self, events: list[Event]) -> None:
         """Start from a run's stored log (a run resumed after waiting): new events number on
@@ -126,8 +132,10 @@ class RunChannel:
         write). It sleeps while there is nothing to publish or store: a run waiting on its
         model or its tool cost a wake-up every ``flush_s`` (10 a second per live run)."""
         while True:
-            await self._publish_pending()
-            self._reserve_soon()  # again, if an earlier reservation failed
+            if self._pending is not None:
+                self._publish_pending()
+            if self._followers and len(self.events) + SEQ_LOW_WATER > self.reserved:
+                self._reserve_soon()  # again, if an earlier reservation failed
             now = time.monotonic()
             if now - self._last_store >= self._store_s - 1e-3:
                 # The grid point reached (periods with nothing to store are skipped).
@@ -145,15 +153,22 @@ class RunChannel:
     def _next_wake(self) -> float:
         """When the flusher has work next (monotonic; inf: nothing until an event comes)."""
         now = time.monotonic()
-        if self._pending is not None or self._ids_wanted():
+        # Followers need ids reserved and the last try did not get them (retried); and
+        # ``_store_due``'s common case inline (this runs once per published delta).
+        if self._pending is not None or (
+            self._followers and len(self.events) + SEQ_LOW_WATER > self.reserved
+        ):
             return now + self._flush_s
         if self._unsaved:
-            return max(now + self._flush_s, self._store_due())
+            last, period = self._last_store, self._store_s
+            due = last + period if 0 < period and now - last < period else self._store_due(now)
+            return due if due > now + self._flush_s else now + self._flush_s
         return math.inf
 
-    def _store_due(self) -> float:
+    def _store_due(self, now: float | None = None) -> float:
         """The next grid point at or after now (when unsaved events are stored)."""
-        now = time.monotonic()
+        if now is None:
+            now = time.monotonic()
         if self._store_s <= 0:
             return now
         if now - self._last_store < self._store_s:
@@ -161,23 +176,31 @@ class RunChannel:
         periods = math.ceil((now - self._last_store) / self._store_s)
         return self._last_store + periods * self._store_s
 
-    def _ids_wanted(self) -> bool:
-        """Followers need ids reserved and the last try did not get them (retried)."""
-        return bool(self._followers) and len(self.events) + SEQ_LOW_WATER > self.reserved
-
     async def _sleep(self, until: float) -> None:
         loop = asyncio.get_running_loop()
         nap = self._nap = loop.create_future()
         self._nap_until = until
-        timer = None
-        if until != math.inf:
-            timer = loop.call_at(loop.time() + max(0.0, until - time.monotonic()), _resolve, nap)
+        if until != self._alarm_at or self._alarm is None:
+            self._disarm()
+            if until != math.inf:
+                at = loop.time() + max(0.0, until - time.monotonic())
+                self._alarm, self._alarm_at = loop.call_at(at, self._ring), until
         try:
             await nap
         finally:
             self._nap = None
-            if timer is not None:
-                timer.cancel()
+
+    def _ring(self) -> None:
+        """The alarm: the nap (whichever is under way) ends."""
+        self._alarm, self._alarm_at = None, math.inf
+        nap = self._nap
+        if nap is not None and not nap.done():
+            nap.set_result(None)
+
+    def _disarm(self) -> None:
+        alarm, self._alarm, self._alarm_at = self._alarm, None, math.inf
+        if alarm is not None:
+            alarm.cancel()
 
     def _nudge(self, by: float) -> None:
         """The flusher must run by ``by`` (monotonic): wake it if it sleeps past that."""
@@ -193,12 +216,15 @@ class RunChannel:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _append(self, type_: EventType, data: dict[str, Any]) -> Event:
-        event = Event(len(self.events) + 1, type_, data)
-        self.events.append(event)
+    def _append(self, type_: EventType, data: dict[str, Any]) -> Event:
+        events = self.events
+        event = Event(len(events) + 1, type_, data)
+        events.append(event)
         self._unsaved.append(event)
-        self._reserve_soon()
-        self._wake()
+        if self._followers and len(events) + SEQ_LOW_WATER > self.reserved:
+            self._reserve_soon()
+        if self._waiters:
+            self._wake()
         if self._nap is not None and self._nap_until == math.inf:
             self._nudge(self._store_due())
         return event
@@ -232,41 +258,44 @@ class RunChannel:
         finally:
             self._reserving = None
 
-    async def _publish_pending(self) -> None:
+    def _publish_pending(self) -> None:
+        # Not a coroutine (nor ``_append``): one per published delta was a coroutine made,
+        # run and thrown away (issue 25).
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self._last_publish = time.monotonic()
-            await self._append(EventType.MESSAGE_DELTA, pending)
+            self._append(EventType.MESSAGE_DELTA, pending)
 
     async def delta(self, index: int, sender: str, text: Any, stream_state: int) -> None:
         """Add a content delta; consecutive deltas of one message are merged between flushes."""
         pending = self._pending
         if (
             pending is not None
+            and self._pending_text  # its delta is text (checked once, not per token)
             and pending["index"] == index
-            and isinstance(pending["delta"], str)
             and isinstance(text, str)
         ):
             pending["delta"] += text
             pending["stream_state"] = stream_state
         else:
-            await self._publish_pending()
+            self._publish_pending()
             self._pending = {
                 "index": index,
                 "sender": sender,
                 "delta": text,
                 "stream_state": stream_state,
             }
+            self._pending_text = isinstance(text, str)
             if self._nap is not None:
                 self._nudge(time.monotonic() + self._flush_s)
         # The first delta after a quiet period goes out at once (time to first token).
         if time.monotonic() - self._last_publish >= self._flush_s:
-            await self._publish_pending()
+            self._publish_pending()
 
     async def emit(self, type_: EventType, data: dict[str, Any], durable: bool = False) -> Event:
         """Append a whole event (after any pending delta); ``durable`` waits for storage."""
-        await self._publish_pending()
-        event = await self._append(type_, data)
+        self._publish_pending()
+        event = self._append(type_, data)
         if durable:
             await self.save()
         return event
@@ -305,7 +334,8 @@ class RunChannel:
                 flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        await self._publish_pending()
+        self._disarm()
+        self._publish_pending()
         if self._reserving is not None:  # never left half done (it logs its own errors)
             await asyncio.shield(self._reserving)
 
@@ -340,16 +370,23 @@ class RunChannel:
     async def follow(self, after: int = 0) -> AsyncIterator[Event]:
         """Events with ``seq > after``, live until the run ends."""
         position = max(after, 0)
+        loop = asyncio.get_running_loop()
         self._followers += 1
         try:
             self._reserve_soon()
             while True:
-                while position < self.sendable():
+                # ``sendable`` inline (per event and per wake-up of every live follower).
+                reserved, stored = self.reserved, self.stored
+                limit = len(self.events)
+                if reserved < limit and stored < limit:
+                    limit = reserved if reserved > stored else stored
+                if position < limit:
                     position += 1
                     yield self.events[position - 1]
+                    continue
                 if self.done:
                     return
-                waiter = asyncio.get_running_loop().create_future()
+                waiter = loop.create_future()
                 self._waiters.append(waiter)
                 await waiter
         finally:

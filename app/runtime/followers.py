@@ -82,13 +82,17 @@ class LiveRuns:
         async for _ in self.follow(run_id, 0):
             pass
 
-    async def follow(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
-        """Stored events after ``after``, then live ones, until the run ends."""
+    def follow(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
+        """Stored events after ``after``, then live ones, until the run ends: the channel's own
+        follower when this process runs it (no generator around it: each event and each wait
+        passed through one more, issue 25), else its stored events."""
         channel = self.channels.get(run_id)
         if channel is not None:
-            async for event in channel.follow(after):
-                yield event
-            return
+            return channel.follow(after)
+        return self._follow_stored(run_id, after)
+
+    async def _follow_stored(self, run_id: str, after: int) -> AsyncIterator[Event]:
+        """A run owned elsewhere, or ended a while ago: its stored events, polled."""
         polls = 0
         while True:
             found, rows = await self.store.events_after(run_id, after)

@@ -73,6 +73,7 @@ PYTHON_TOOLS = frozenset(
 # Stream events a run event may become, at most (a ``run.gap`` skips the numbers of the events
 # that may have been sent live and lost: the resumed stream's numbers stay above them).
 GAP_STRIDE = 1000
+_DELTA = EventType.MESSAGE_DELTA
 # Run events after which a queued response is still not in progress: a gap, and an end
 # before it ran (cancelled in the queue).
 _QUIET_WHILE_QUEUED = frozenset({EventType.RUN_GAP, EventType.RUN_CANCELLED, EventType.ERROR})
@@ -153,6 +154,36 @@ class ResponseStream:
     def feed(self, type_: str, data: dict[str, Any]) -> list[dict[str, Any]]:
         """The stream events for one run event (none for events a client does not see, nor
         for those of other segments)."""
+        opened = self._open
+        if (
+            type_ == _DELTA
+            and opened is not None
+            and self.visible
+            and not (self.ended or self.queued or self._between)
+        ):
+            # The hot path: a text delta of the message item being streamed (``_delta``'s
+            # result without its layers: a stored streamed turn's per-event cost, issue 25).
+            delta = data.get("delta")
+            if (
+                data.get("index", -1) == opened["index"]
+                and type(delta) is str
+                and delta
+                and data.get("sender") == self.agent
+                and data.get("stream_state") in TEXT_STATES
+            ):
+                opened["text"] += delta
+                self.seq += 1
+                return [
+                    {
+                        "type": "response.output_text.delta",
+                        "sequence_number": self.seq,
+                        "item_id": opened["item"]["id"],
+                        "output_index": opened["at"],
+                        "content_index": 0,
+                        "delta": delta,
+                        "logprobs": [],
+                    }
+                ]
         if self.ended:
             return []
         if self._between:  # the run went on after a pause: the next segment starts

@@ -219,14 +219,18 @@ async def response_now(state: AppState, found: Stored) -> dict[str, Any]:
 
 async def response_events(
     state: AppState, found: Stored, starting_after: int = -1
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[list[dict[str, Any]]]:
     """The Response's stream events after ``starting_after``, live until it ends (the run's
-    whole log replayed through the mapper: the numbers are the ones first sent)."""
+    whole log replayed through the mapper: the numbers are the ones first sent), those of one
+    run event together (one SSE write for all of them: issue 25)."""
     stream = stream_of(found)
     async for event in state.run_manager.follow(found.run.id, 0):
-        for out in stream.feed(event.type, event.data):
-            if out["sequence_number"] > starting_after:
-                yield out
+        out = stream.feed(event.type, event.data)
+        # One run event's stream events are numbered in order: most are all after the point.
+        if out and out[0]["sequence_number"] <= starting_after:
+            out = [e for e in out if e["sequence_number"] > starting_after]
+        if out:
+            yield out
         if stream.ended:
             return  # (at its pause too: the run's log after it is the next response's)
 
