@@ -65,10 +65,10 @@ def install(path: str) -> None:
                 run["tok"] = time.perf_counter()
             yield delta
 
-    async def traced_append(self: Any, type_: Any, data: dict[str, Any]) -> Any:
+    def traced_append(self: Any, type_: Any, data: dict[str, Any]) -> Any:
         if type_ == "message.delta":
             stamps.setdefault(self.run_id, {}).setdefault("delta", time.perf_counter())
-        return await append(self, type_, data)
+        return append(self, type_, data)  # RunChannel._append is a plain function
 
     services.prepare_submission = traced_prepare
     runs.RunManager.submit = traced_submit  # type: ignore[method-assign]
