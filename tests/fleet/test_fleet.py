@@ -213,6 +213,7 @@ class Load:
     acked: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # sid: (message, run)
     retried: int = 0  # 503 + Retry-After, then passed
     resumed: int = 0  # streams cut by the kill, resumed through nginx
+    cut: int = 0  # JSON answers cut by the kill (headers sent, body not), sent again
     failures: list[str] = field(default_factory=list)
     ended: dict[str, str] = field(default_factory=dict)  # run id: final status (not completed)
     reads: list[tuple[str, str]] = field(default_factory=list)  # (sid, a cell's output)
@@ -314,6 +315,12 @@ async def _turn(c: httpx.AsyncClient, sid: str, k: int, load: Load) -> None:
                 continue
             load.failures.append(f"{sid} t{k}: {resp.status_code} {resp.text[:300]}")
             return
+        except httpx.RemoteProtocolError:
+            # The replica was killed while it wrote this answer (headers out, body cut, so
+            # nginx cannot retry it): not acknowledged, so the client sends it again, as it
+            # does after an interruption (CI at 260ebc6 met this once).
+            load.cut += 1
+            continue
         except httpx.HTTPError as exc:
             load.failures.append(f"{sid} t{k}: {exc!r}")
             return
@@ -416,7 +423,8 @@ async def _kill_under_load(fleet: Fleet, c: httpx.AsyncClient, homes: dict[str, 
     assert not load.failures, load.failures
     print(
         f"fleet: {sum(map(len, load.acked.values()))} turns acknowledged, {load.retried} "
-        f"retried after 503, {load.resumed} streams resumed, runs interrupted at {interrupted} s, "
+        f"retried after 503, {load.resumed} streams resumed, {load.cut} cut answers sent again, "
+        f"runs interrupted at {interrupted} s, "
         f"none active {swept_s:.1f} s after the kill"
     )
     # Every acknowledged turn is stored: its run completed, its message in the memory.
