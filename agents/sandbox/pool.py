@@ -65,6 +65,7 @@ class KernelPool:
         self._allocator: UidAllocator | None = None
         self._starting: asyncio.Future[Level] | None = None  # the one start-up (see _start)
         self._unused: set[SandboxKernel] = set()  # started, no cell run yet (fresh for one)
+        self._prestarting: set[asyncio.Task[bool]] = set()  # cancelled by aclose (no leak)
         self._room_waiters = 0  # cells waiting in _make_room (a prestart never takes their slot)
         self.start_error: str | None = None  # why the last start-up failed (None: it did not)
         self.closed = False
@@ -353,6 +354,16 @@ class KernelPool:
 
     async def _prestart(self, key: KernelKey) -> bool:
         """``prestart`` on the pool's loop: a kernel only into a free slot, else nothing."""
+        task = asyncio.current_task()
+        if self.closed or task is None:
+            return False
+        self._prestarting.add(task)
+        try:
+            return await self._prestart_in_slot(key)
+        finally:
+            self._prestarting.discard(task)
+
+    async def _prestart_in_slot(self, key: KernelKey) -> bool:
         lock = self._locks.setdefault(key, asyncio.Lock())
         if lock.locked():  # a cell (or another prestart) is on this kernel already
             return False
@@ -461,6 +472,12 @@ class KernelPool:
         self.closed = True
         if self._reaper is not None:
             self._reaper.cancel()
+        # A start ahead still under way would outlive the loop: its kernel and client sockets
+        # never closed (a ResourceWarning in a later test). Cancelled, it kills what it made.
+        starting = list(self._prestarting)
+        for task in starting:
+            task.cancel()
+        await asyncio.gather(*starting, return_exceptions=True)
         await asyncio.gather(*(self._drop(key) for key in list(self.kernels)))
         for groups in self._stdio_groups.values():
             for group in groups:
