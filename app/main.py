@@ -118,7 +118,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.warning(
             "no API keys configured: accepting anonymous requests on %s (loopback)", settings.host
         )
+    revisions = asyncio.create_task(health.read_revisions())  # for /readyz, off the loop
     await state.models.start()
+    await revisions
     _new_sandbox(state)
     sandbox = asyncio.create_task(_start_sandbox(state))
     state.runs = RunManager(

@@ -54,9 +54,19 @@ async def readyz(state: StateDep) -> JSONResponse:
 
 
 def _revisions() -> tuple[str, frozenset[str]]:
-    from app.db.migrate import revisions  # alembic: loaded by the first /readyz, not at start
+    from app.db.migrate import revisions  # alembic: imported off the event loop, once
 
     return revisions()
+
+
+async def read_revisions() -> None:
+    """Read the migrations' revisions during start-up (the lifespan, beside the models'
+    start), not in the first ``/readyz``: importing alembic and its scripts holds the GIL
+    for ~0.1 s (seconds on a loaded machine), which stalled every request in flight."""
+    try:
+        await asyncio.to_thread(_revisions)
+    except Exception:  # /readyz reads them again and says what is wrong
+        log.warning("could not read the migrations' revisions", exc_info=True)
 
 
 async def _database(state: AppState) -> str:

@@ -97,3 +97,21 @@ async def test_the_sandbox_is_not_ready_while_starting_nor_below_the_minimum(
                 assert sandbox["level"] == "L1" and sandbox["level_ok"] is False, sandbox
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_the_migrations_are_read_at_start_up_not_in_the_first_probe(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """Reading alembic's scripts holds the GIL for ~0.1 s (seconds on a loaded machine): done
+    in the first /readyz, it stalled every request in flight (the PostgreSQL restart test's
+    slow 503s). The lifespan reads them; the first probe finds them read."""
+    from app.db.migrate import revisions
+
+    revisions.cache_clear()
+    app = create_app(settings_factory())
+    async with LifespanManager(app):
+        assert revisions.cache_info().currsize == 1  # read before any request
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            assert (await c.get("/readyz")).status_code == 200
+        assert revisions.cache_info().misses == 1  # the probe did not read them again
