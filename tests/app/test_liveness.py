@@ -144,9 +144,16 @@ async def test_a_draining_replica_takes_no_new_turns_and_is_not_ready(
     turn = await c.post(f"/v1/sessions/{sid}/messages", json={"message": "x"})
     assert turn.status_code == 503 and turn.headers["retry-after"] == "1"
     assert turn.json()["error"]["code"] == "draining"
-    await state.liveness.fleet.beat(state.replica, state.liveness.state)  # its next beat
-    async with state.sessionmaker() as db:
-        status = await db.scalar(sa.select(Replica.state).where(Replica.id == state.replica))
+    # Its next beat says so. The heartbeat thread's first beat (state read before the drain
+    # began) may still land after one beat here, so beat until the row shows it (bounded).
+    status = None
+    for _ in range(50):
+        await state.liveness.fleet.beat(state.replica, state.liveness.state)
+        async with state.sessionmaker() as db:
+            status = await db.scalar(sa.select(Replica.state).where(Replica.id == state.replica))
+        if status == "draining":
+            break
+        await asyncio.sleep(0.1)
     assert status == "draining"
 
 
