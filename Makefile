@@ -29,8 +29,9 @@ types: install
 export AGENTSTATION_TEST_DATABASE_URL ?= postgresql+asyncpg://postgres@127.0.0.1:5432/test
 
 # Two workers (pytest-xdist): most of the suite waits on servers, kernels and engines, so two
-# files at once fill the 2 cores; a file (tests/vllm and tests/kernel: a folder) stays on one
-# worker (tests/conftest.py). PYTEST_WORKERS=0 runs it in one process.
+# files at once fill the 2 cores. tests/conftest.py marks a group per file (tests/vllm and
+# tests/kernel: a folder), not in effect with pytest 9.2 + xdist 3.8 (its docstring says why).
+# PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 pytest: install
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup

@@ -32,8 +32,12 @@ every call (vLLM's histogram), and the prefix-cache hit rate
 in-process engine, vLLM's server's for B). Rounds alternate A and B.
 
 ``python -m bench agentic`` or ``python -m bench.agentic [--sessions 8 32] [--steps 8]
-[--rounds 2] [--kv-cache-mib 8] [--baseline DIR] [--quick]``. ``--baseline DIR``: that tree's
-gateway (side ``A-old``) runs in the same rounds.
+[--rounds 2] [--kv-cache-mib 8] [--baseline DIR] [--args-side] [--quick]``. ``--baseline DIR``:
+that tree's gateway (side ``A-old``) runs in the same rounds. ``--args-side``: side ``A-args``,
+this tree with the model's ``stream_call_arguments`` on, in the same rounds: a forced call's
+arguments are not streamed by default (the whole call arrives at once, so A's post-tool TTFT
+is the whole call's time); with them streamed, its post-tool TTFT is the first argument
+token's, like B's first chunk.
 """
 
 from __future__ import annotations
@@ -119,20 +123,29 @@ def engine_args(kv_mib: int) -> dict[str, Any]:
 
 
 FCFS = "-fcfs"  # side A with the engine's scheduling_policy fcfs (--fcfs-side)
+ARGS = "-args"  # side A with the model's call arguments streamed (--args-side)
 
 
 def gateway(
-    model_dir: Path, kv_mib: int, tree: Path | None = None, fcfs: bool = False
+    model_dir: Path,
+    kv_mib: int,
+    tree: Path | None = None,
+    fcfs: bool = False,
+    stream_args: bool = False,
 ) -> ServerProcess:
     """Side A: ``agentstation serve`` (SQLite, sandbox on) with the demo model and the
-    benchmark's tool registered through its entry point."""
+    benchmark's tool registered through its entry point. ``stream_args``: the model entry's
+    ``stream_call_arguments`` (docs/engine.md): a forced call's argument tokens reach the
+    session stream as they are made, so the first one after a tool result is visible."""
     model = {
         "name": "demo",
         "backend": "vllm",
         "path": str(model_dir),
         "engine": {**engine_args(kv_mib), **({"scheduling_policy": "fcfs"} if fcfs else {})},
+        **({"stream_call_arguments": True} if stream_args else {}),
     }
     name = "gateway" + ("" if tree is None else OLD) + (FCFS if fcfs else "")
+    name += ARGS if stream_args else ""
     metrics_port = free_port()
     server = gateway_server(
         name,
@@ -573,6 +586,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def goals(rows: list[dict[str, Any]]) -> list[Goal]:
     out = []
     for r in rows:
+        if r["side"] == "A" + ARGS and r.get("post_tool_ttft_vs_B") is not None:
+            p = r["post_tool_ttft_vs_B"]
+            tag = f"{r['sessions']} sessions × {r['steps']} steps"
+            out.append(Goal(f"post-tool TTFT p50 (tool result → first argument token) vs "
+                            f"client-side loop, call arguments streamed ({tag})",
+                            f"≤ {GOAL_TTFT_RATIO}×", f"{p}×", p <= GOAL_TTFT_RATIO))  # fmt: skip
         if r["side"] != "A":
             continue
         tag = f"{r['sessions']} sessions × {r['steps']} steps"
@@ -601,7 +620,7 @@ def available() -> str | None:
 
 def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEPS,
         kv_mib: int = KV_CACHE_MIB, fcfs_side: bool = False, client: bool = True,
-        profile: str | None = None) -> BenchResult:  # fmt: skip
+        profile: str | None = None, args_side: bool = False) -> BenchResult:  # fmt: skip
     """Through the harness: ``opts.quick`` runs 2 sessions of 2 steps, one round."""
     reason = available()
     if reason:
@@ -617,10 +636,16 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
         model_dir = build_demo_model(Path(stack.enter_context(tempfile.TemporaryDirectory())))
         vl = stack.enter_context(vllm(model_dir, kv_mib)) if client else None
         urls: dict[str, tuple[str, str, int | None]] = {}
-        sides = [("A", None, False), ("A" + FCFS, None, True), ("A" + OLD, opts.baseline, False)]
-        for side, tree, fcfs in sides:
-            if side == "A" or tree is not None or (fcfs and fcfs_side):
-                gw = stack.enter_context(gateway(model_dir, kv_mib, tree, fcfs))
+        sides = [
+            ("A", None, False, False),
+            ("A" + FCFS, None, True, False),
+            ("A" + ARGS, None, False, True),
+            ("A" + OLD, opts.baseline, False, False),
+        ]
+        for side, tree, fcfs, args in sides:
+            wanted = side == "A" or tree is not None or (fcfs and fcfs_side) or (args and args_side)
+            if wanted:
+                gw = stack.enter_context(gateway(model_dir, kv_mib, tree, fcfs, args))
                 pid = gw.proc.pid if gw.proc is not None else None
                 urls[side] = (gw.base_url, gw.metrics_url, pid)  # type: ignore[attr-defined]
         for url, _, _ in urls.values():
@@ -634,16 +659,19 @@ def run(opts: BenchOptions, sessions: list[int] | None = None, steps: int = STEP
         "A's post-tool TTFT is the server's (tool result stored → the next call's first sign "
         "on the session stream: the whole call, as argument deltas are off by default), B's "
         "the SDK's (tool return → the next call's first streamed chunk); A's engine runs the "
-        "product's defaults (scheduling_policy fcfs; --fcfs-side is then the same as A)"
+        "product's defaults (scheduling_policy fcfs; --fcfs-side is then the same as A); "
+        "A-args (--args-side): A with the model's stream_call_arguments on, its post-tool "
+        "TTFT the first argument token's"
     )
     new_rows = {x["sessions"]: x for x in result.rows if x["side"] == "A"}
     for r in result.rows:
-        if r["side"] in ("A" + OLD, "A" + FCFS):
+        if r["side"] in ("A" + OLD, "A" + FCFS, "A" + ARGS):
             new = new_rows[r["sessions"]]
             figs = ("session_p50_ms", "post_tool_call_p50_ms", "session_vs_B", "ttft_vs_B",
                     "prefix_hit_rate", "api_cpu_ms_per_call", "db_statements_per_call")  # fmt: skip
             for fig in figs:
-                vs = "the baseline tree" if r["side"] == "A" + OLD else "A with fcfs scheduling"
+                vs = {"A" + OLD: "the baseline tree", "A" + FCFS: "A with fcfs scheduling",
+                      "A" + ARGS: "A with call arguments streamed"}[r["side"]]  # fmt: skip
                 what = f"{r['sessions']} sessions, A vs {vs}"
                 result.sidebyside.append(compare_row(what, fig, new.get(fig), r.get(fig)))
     return result
@@ -659,6 +687,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 sessions × 2 steps, 1 round")
     parser.add_argument("--fcfs-side", action="store_true",
                         help="also side A-fcfs: this tree with scheduling_policy fcfs")  # fmt: skip
+    parser.add_argument("--args-side", action="store_true",
+                        help="also side A-args: stream_call_arguments on")  # fmt: skip
     parser.add_argument("--no-client", action="store_true",
                         help="the gateway sides only (no side B, no vLLM server)")  # fmt: skip
     parser.add_argument("--py-spy", metavar="PATH",
@@ -669,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
                    baseline=baseline)  # fmt: skip
     sessions = None if args.quick else args.sessions
     res = run(opts, sessions, args.steps, args.kv_cache_mib, args.fcfs_side,
-              client=not args.no_client, profile=args.py_spy)  # fmt: skip
+              client=not args.no_client, profile=args.py_spy, args_side=args.args_side)  # fmt: skip
     for row in res.rows:
         print(json.dumps(row), flush=True)
     for g in res.goals:
