@@ -5,7 +5,9 @@ process: a measure of the work a front door does that does not move with the mac
 tree's code). The app runs in this process on a fresh SQLite database with the scripted model
 in echo mode (as bench/responses.py's gateway), driven through httpx's ASGI transport;
 cProfile counts every call made while ``N`` requests of each target run (the client's calls
-included: the same for every target). Prints one line per target.
+included: the same for every target). Prints one line per target; ``--by-function N``
+(with ``--targets``) then lists the N functions whose calls per request differ most between
+each ``responses*`` target and its chat twin.
 
 Calls do not see C-level work (JSON encoding, validation): ``--instructions`` counts the
 machine instructions the gateway itself (``agentstation serve``, as bench/responses.py runs
@@ -13,7 +15,9 @@ it) executes per request under valgrind's callgrind, instrumented only while eac
 ``N`` sequential requests run (``--rounds`` alternating rounds, the median kept). The gateway
 runs timers of its own while it waits; an idle window of as long as the slowest round measures
 their rate, subtracted from each round by its wall time. Load-proof up to that correction
-(≈ ±3 %); slow: ≈ 2 min to start, ≈ 0.2 s per request.
+(≈ ±3 %); slow: ≈ 2 min to start, ≈ 0.2 s per request. ``--keep DIR`` keeps each target's
+last dump (``DIR/<target>.callgrind``) for ``callgrind_annotate``: the C functions (JSON
+encoding, allocation, dict work) behind a difference.
 """
 
 from __future__ import annotations
@@ -95,7 +99,8 @@ def by_function(stats: dict[str, pstats.Stats], requests: int, top: int) -> None
 
     def calls(s: pstats.Stats) -> dict[str, float]:
         table = s.stats  # type: ignore[attr-defined]
-        return {pstats.func_std_string(f): v[1] / requests for f, v in table.items()}
+        name = pstats.func_std_string  # type: ignore[attr-defined]
+        return {name(f): v[1] / requests for f, v in table.items()}
 
     for name, twin in PAIRS.items():
         if name not in stats or twin not in stats:
