@@ -29,6 +29,7 @@ from app.services import responses_plan as planning
 from app.services import responses_read as read
 from app.services import responses_resumed as continued
 from app.services import responses_stateless as stateless
+from app.services import responses_stateless_stream as stateless_stream
 from app.services.chat import preflight_tenant
 from app.services.responses_ids import ROUTE_KEY_HEADER
 from app.services.responses_input import parse_input
@@ -162,7 +163,9 @@ async def create_response(request: Request) -> Response:
         rid = ids.mint(ids.RESPONSE, ids.route_key(route_header))
         budget = await preflight_tenant(state, who.tenant_id)  # 429 before anything runs
         if req.stream:
-            frames = stateless.stream_frames(state, who.tenant_id, handle, req, inp, rid, budget)
+            frames = stateless_stream.stream_frames(
+                state, who.tenant_id, handle, req, inp, rid, budget
+            )
             return _frame_stream(frames)
         raw = await stateless.whole_response(state, who.tenant_id, handle, req, inp, rid, budget)
         return Response(raw, media_type="application/json")  # encoded once, no session

@@ -6,8 +6,8 @@ What Codex and other clients that resend their whole history send (``store: fals
 the answer. Its items and events are the ones a stored run's log maps to (``ResponseStream``;
 the item builders and the end fields are ``responses_events``' own), built without the log:
 a whole answer is the Response built once from the reply (``whole_response``), a streamed one
-the events encoded as they go, the text deltas spliced into bytes encoded once
-(``stream_frames``). tests/app/test_responses_stateless.py checks both against the mapper.
+its events encoded as they go (``responses_stateless_stream``), both from byte templates.
+tests/app/test_responses_stateless.py checks both against the mapper.
 The tenant's token budget is checked before (``preflight_tenant``) and during the call and
 charged with its usage, as for stateless chat completions.
 """
@@ -42,15 +42,6 @@ from app.state import AppState
 
 Budget = tuple[int | None, int]  # the tenant's limit (None: none) and what it used
 escape = json.encoder.encode_basestring  # C; a string as ``dumps`` writes it (UTF-8 kept)
-# A text delta's frame around its number, its item and its text (encoded once).
-_DELTA_HEAD = (
-    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-    b'"sequence_number":'
-)
-_DELTA_TAIL = b',"logprobs":[]}\n\n'
-# The Response's fields an answer changes (``end_response``): the others, its request's, are
-# encoded once per answer (``_Snapshots``), not once per copy of it in the stream.
-_CHANGING = frozenset({"status", "output", "error", "incomplete_details", "usage", "completed_at"})
 
 
 @dataclass(slots=True)
@@ -166,7 +157,7 @@ async def generate(
                 )
 
 
-def _calls(answer: Answer, req: ResponseCreate) -> list[dict[str, Any]]:
+def answer_calls(answer: Answer, req: ResponseCreate) -> list[dict[str, Any]]:
     """The reply's function calls (none when it failed: its reply never ended)."""
     if answer.error is not None or not answer.calls:
         return []
@@ -203,7 +194,7 @@ def body_of(
     if answer.text:
         status = "completed" if answer.error is None else "incomplete"
         output.append(message_item(f"msg_{suffix}_0", status, [text_part(answer.text)]))
-    for call in _calls(answer, req):
+    for call in answer_calls(answer, req):
         item = function_call_item(f"fc_{suffix}_{len(output)}", call, call_arguments(call))
         item["status"] = "completed"
         output.append(item)
@@ -212,7 +203,7 @@ def body_of(
 
 
 # A text answer's Response, encoded as ``dumps(body_of(...))`` writes it: its fields the
-# request repeats are encoded once per kind of request (``_fixed``), the rest spliced in.
+# request repeats are encoded once per kind of request (``fixed``), the rest spliced in.
 _BODY = (
     b'{"id":"%s","object":"response","created_at":%d,"status":"%s","model":%s,"output":[%s],'
     b'%s,"error":null,"incomplete_details":%s,"usage":{"input_tokens":%d,'
@@ -229,7 +220,7 @@ _FIXED_MAX = 256
 _FIXED_INSTRUCTIONS = 2048  # longer instructions are encoded each time (the kept stay small)
 
 
-def _fixed(req: ResponseCreate) -> tuple[bytes, bytes]:
+def fixed(req: ResponseCreate) -> tuple[bytes, bytes]:
     """The request's model and its fields ``instructions`` to ``truncation``, encoded (kept
     for requests whose fields are all plain values, the same kind of request next time)."""
     choice, temperature, top_p = req.tool_choice, req.temperature, req.top_p
@@ -261,7 +252,7 @@ def plain_body(
     req: ResponseCreate, response_id: str, created: int, answer: Answer, finished: float
 ) -> bytes:
     """``dumps(body_of(...))`` of an answer without calls or error, spliced from templates."""
-    model, fields = _fixed(req)
+    model, fields = fixed(req)
     suffix = response_id.removeprefix("resp_").encode()
     text = _MESSAGE % (suffix, escape(answer.text).encode()) if answer.text else b""
     cut = answer.finish == "length"
@@ -279,120 +270,3 @@ def plain_body(
         prompt + completion,
         float.__repr__(finished).encode(),
     )
-
-
-def _event(type_: bytes, seq: int, rest: bytes) -> bytes:
-    """One SSE frame of an event whose fields after its number are ``rest`` (encoded, without
-    braces): what ``sse.frame(dumps(event), event=type)`` writes."""
-    return b'event: %s\ndata: {"type":"%s","sequence_number":%d,%s}\n\n' % (type_, type_, seq, rest)
-
-
-def _frame(type_: str, seq: int, fields: dict[str, Any]) -> bytes:
-    """One SSE frame of an event."""
-    return _event(type_.encode(), seq, dumps(fields)[1:-1])
-
-
-class _Snapshots:
-    """A Response encoded as the stream carries it (created, in progress, its end): the
-    request's fields encoded once, then per copy only what the answer changed."""
-
-    def __init__(self, response: dict[str, Any]) -> None:
-        fixed = {k: v for k, v in response.items() if k not in _CHANGING}
-        self.head = dumps(fixed)[:-1]  # b'{...' (a Response always has its id)
-
-    def of(self, response: dict[str, Any], items: list[bytes]) -> bytes:
-        """``response`` encoded; ``items``: its output items, encoded."""
-        rest = {k: v for k, v in response.items() if k in _CHANGING and k != "output"}
-        return b'%s,"output":[%s],%s' % (self.head, b",".join(items), dumps(rest)[1:])
-
-
-def stream_frames(
-    state: AppState,
-    tenant_id: str,
-    handle: ModelHandle,
-    req: ResponseCreate,
-    inp: Input,
-    response_id: str,
-    budget: Budget,
-) -> AsyncIterator[bytes]:
-    """The response's stream as SSE frames: OpenAI's events, as ``ResponseStream`` maps a run
-    of the raw model; the model runs as they are read. Its parameters are read now: a bad
-    tool is a 400, not an ``error`` event after the headers."""
-    params = call_params(req)
-    return _frames(state, tenant_id, handle, req, inp, response_id, budget, params)
-
-
-async def _frames(
-    state: AppState,
-    tenant_id: str,
-    handle: ModelHandle,
-    req: ResponseCreate,
-    inp: Input,
-    response_id: str,
-    budget: Budget,
-    params: dict[str, Any],
-) -> AsyncIterator[bytes]:
-    response = new_response(req, response_id)
-    suffix, output = response_id.removeprefix("resp_"), response["output"]
-    snapshots = _Snapshots(response)
-    snapshot = b'"response":%s' % snapshots.of(response, [])  # created and in progress
-    yield _event(b"response.created", 0, snapshot) + _event(b"response.in_progress", 1, snapshot)
-    seq = 1
-    answer = Answer()
-    item_id = f"msg_{suffix}_0"
-    where = b',"item_id":"%s","output_index":0,"content_index":0,"delta":' % item_id.encode()
-    # Events made together are sent together (one write: each goes through the middleware).
-    async for text in generate(state, tenant_id, handle, req, inp, budget, answer, params):
-        opening = b""
-        if not output:  # the message opens with its first text
-            item = message_item(item_id, "in_progress", [])
-            output.append(item)
-            part = {"item_id": item_id, "output_index": 0, "content_index": 0,
-                    "part": text_part("")}  # fmt: skip
-            opening = _frame(
-                "response.output_item.added", seq + 1, {"output_index": 0, "item": item}
-            ) + _frame("response.content_part.added", seq + 2, part)
-            seq += 2
-        seq += 1
-        yield b"%s%s%d%s%s%s" % (
-            opening,
-            _DELTA_HEAD,
-            seq,
-            where,
-            escape(text).encode(),
-            _DELTA_TAIL,
-        )
-    frames: list[bytes] = []  # the end, sent at once
-    add = frames.append
-    items: list[bytes] = []  # the output items as they end, encoded once
-    if output:  # the message ends: completed, or incomplete when the call failed
-        part = text_part(answer.text)
-        item = message_item(item_id, "completed" if answer.error is None else "incomplete", [part])
-        output[0] = item
-        items.append(dumps(item))
-        at = b'"item_id":"%s","output_index":0,"content_index":0' % item_id.encode()
-        whole = escape(answer.text).encode()
-        add(_event(b"response.output_text.done", seq + 1,
-                   b'%s,"text":%s,"logprobs":[]' % (at, whole)))  # fmt: skip
-        add(_event(b"response.content_part.done", seq + 2, b'%s,"part":%s' % (at, dumps(part))))
-        add(_event(b"response.output_item.done", seq + 3,
-                   b'"output_index":0,"item":%s' % items[-1]))  # fmt: skip
-        seq += 3
-    for call in _calls(answer, req):
-        index, arguments = len(output), call_arguments(call)
-        item = function_call_item(f"fc_{suffix}_{index}", call, "")
-        add(_frame("response.output_item.added", seq + 1, {"output_index": index, "item": item}))
-        at_fields = {"item_id": item["id"], "output_index": index}
-        add(_frame("response.function_call_arguments.delta", seq + 2,
-                   {**at_fields, "delta": arguments}))  # fmt: skip
-        item = {**item, "arguments": arguments, "status": "completed"}
-        output.append(item)
-        items.append(dumps(item))
-        add(_frame("response.function_call_arguments.done", seq + 3,
-                   {**at_fields, "name": item["name"], "arguments": arguments}))  # fmt: skip
-        add(_event(b"response.output_item.done", seq + 4,
-                   b'"output_index":%d,"item":%s' % (index, items[-1])))  # fmt: skip
-        seq += 4
-    terminal = end_response(response, answer.run(), answer.error, time.time())
-    add(_event(terminal.encode(), seq + 1, b'"response":%s' % snapshots.of(response, items)))
-    yield b"".join(frames)
