@@ -90,14 +90,27 @@ def instrument() -> None:
             _wrap_async(runs, name, "task_step", None)
     if hasattr(execution, "_begin"):
         _wrap_async(execution, "_begin", None, "agent_ready")
-    original_delta = RunChannel.delta
 
-    async def delta(self: RunChannel, *args: Any, **kwargs: Any) -> None:
+    def first_delta() -> None:
         if not any(m[0] == "run_delta" for m in MARKS):
             mark("run_delta")
-        await original_delta(self, *args, **kwargs)
 
-    RunChannel.delta = delta  # type: ignore[method-assign]
+    if hasattr(RunChannel, "put_delta"):  # the segmenter's (a plain function since h/chain32)
+        original_put: Any = RunChannel.put_delta
+
+        def put_delta(self: RunChannel, *args: Any, **kwargs: Any) -> None:
+            first_delta()
+            original_put(self, *args, **kwargs)
+
+        RunChannel.put_delta = put_delta  # type: ignore[method-assign]
+    else:
+        original_delta: Any = RunChannel.delta
+
+        async def delta(self: RunChannel, *args: Any, **kwargs: Any) -> None:
+            first_delta()
+            await original_delta(self, *args, **kwargs)
+
+        RunChannel.delta = delta  # type: ignore[method-assign]
 
 
 def instrument_store(store: Any) -> None:
