@@ -17,6 +17,8 @@ import importlib.util
 import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,19 +111,63 @@ _RUN = (
 )
 
 
-def run_in_tree(tree: Path, file: str, args: list[str], capture: bool = True) -> str:
-    """Run the bench file ``file`` (this tree's) on ``tree``'s code; its stdout (``capture``)."""
+def run_in_tree(
+    tree: Path, file: str, args: list[str], capture: bool = True, wrapper: list[str] | None = None
+) -> str:
+    """Run the bench file ``file`` (this tree's) on ``tree``'s code, under ``wrapper`` (a
+    command such as valgrind's, or none); its stdout (``capture``)."""
     base = tree.resolve()
     env = {**os.environ, "PYTHONPATH": str(base)}
-    cmd = [sys.executable, "-c", _RUN, str(HERE / "inproc.py"), str(Path(file).resolve()), *args]
+    cmd = [*(wrapper or []), sys.executable, "-c", _RUN, str(HERE / "inproc.py")]
+    cmd += [str(Path(file).resolve()), *args]
     done = subprocess.run(cmd, cwd=base, env=env, capture_output=capture, text=True, check=True)
     return done.stdout or ""
 
 
-def last_json(tree: Path, file: str, args: list[str]) -> dict[str, Any]:
+def last_json(
+    tree: Path, file: str, args: list[str], wrapper: list[str] | None = None
+) -> dict[str, Any]:
     """The JSON object on the last line of the bench file's output, run on ``tree``."""
-    out: dict[str, Any] = json.loads(run_in_tree(tree, file, args).strip().splitlines()[-1])
+    lines = run_in_tree(tree, file, args, wrapper=wrapper).strip().splitlines()
+    out: dict[str, Any] = json.loads(lines[-1])
     return out
+
+
+def callgrind(out: Path) -> list[str]:
+    """The wrapper that runs a bench file under callgrind, instrumented only inside its
+    ``Instructions`` windows (its dumps in ``out``)."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+            f"--callgrind-out-file={out}/cg.%p"]  # fmt: skip
+
+
+class Instructions:
+    """In a process that ``callgrind(out)`` started: the machine instructions of a window
+    (``start()`` … ``stop()``), load-proof where CPU time is not."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def _control(self, *args: str) -> None:
+        # Valgrind takes the command while this process runs code: not blocked in a wait.
+        cmd = ["callgrind_control", *args, str(os.getpid())]
+        done = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while done.poll() is None:
+            sum(range(200))
+
+    def start(self) -> None:
+        self._control("-z")
+        self._control("-i", "on")
+
+    def stop(self) -> int:
+        """The window's instructions (its dump's ``totals``)."""
+        self._control("-i", "off")
+        self._control("-d")
+        newest = max(self.out.glob(f"cg.{os.getpid()}.*"), key=lambda p: int(p.suffix[1:]))
+        found = re.search(r"^totals: (\d+)$", newest.read_text(errors="replace"), re.M)
+        assert found is not None, newest
+        return int(found.group(1))
 
 
 if __name__ == "__main__":

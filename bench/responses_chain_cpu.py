@@ -21,7 +21,10 @@ thread's CPU in that window (``time.thread_time``: the app and the client share 
 unlike the wall time, it does not count the time the thread waited for a core).
 
 ``python -m bench.responses_chain_cpu [--chains 8] [--turns 20] [--baseline DIR]``: with a
-baseline, the same measurement runs in a subprocess on that checkout's code (``PYTHONPATH``).
+baseline, the same measurement runs in a subprocess on that checkout's code (``PYTHONPATH``,
+``bench.inproc.run_in_tree``). ``--instructions``: instead, the machine instructions per stored
+turn (all turns, the client's included), each tree's run under callgrind (load-proof; ~50x
+slower: ``--chains 4 --turns 5`` takes about a minute a tree).
 """
 
 from __future__ import annotations
@@ -32,17 +35,19 @@ import cProfile
 import json
 import pstats
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.inproc import app_client, last_json
+from bench.inproc import Instructions, app_client, callgrind, last_json
 
 TOKEN_GAP_S = 0.001  # the streamed TTFT's model: 1 ms per token after the first
 
 
-async def measure(chains: int, turns: int, profile: bool) -> list[float]:
-    """Per turn number: CPU seconds per turn (or Python calls per turn with ``profile``)."""
+async def measure(chains: int, turns: int, profile: bool, instructions: Any = None) -> list[float]:
+    """Per turn number: CPU seconds per turn (or Python calls per turn with ``profile``; with
+    ``instructions``, a ``bench.inproc.Instructions``: one number, instructions per turn)."""
     async with app_client("chains", streamed=False) as client:
 
         async def turn(text: str, previous: str | None) -> str:
@@ -63,6 +68,13 @@ async def measure(chains: int, turns: int, profile: bool) -> list[float]:
             warm = await turn(f"warm {k}", warm)
         previous: list[str | None] = [None] * chains
         out = []
+        if instructions is not None:  # all turns in one window (valgrind: ~50x slower)
+            instructions.start()
+            for k in range(turns):
+                for i in range(chains):
+                    text = f"Chain {i}, turn {k + 1}: tell me a story."
+                    previous[i] = await turn(text, previous[i])
+            return [instructions.stop() / (chains * turns)]
         for k in range(turns):
             prof = cProfile.Profile() if profile else None
             if prof is not None:
@@ -174,14 +186,42 @@ def run_here(chains: int, turns: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def instructions_here(chains: int, turns: int, out: Path) -> dict[str, Any]:
+    """Under callgrind (``--instructions``' child): instructions per stored turn."""
+    got = asyncio.run(measure(chains, turns, False, Instructions(out)))
+    return {"instructions_per_turn": round(got[0])}
+
+
+def instructions(args: argparse.Namespace) -> None:
+    """``--instructions``: this tree's, then the baseline's, each a bench file run under
+    callgrind (the in-process client's instructions are counted too, the same on both)."""
+    flags = ["--chains", str(args.chains), "--turns", str(args.turns), "--instructions-child"]
+    trees = [("new", Path(__file__).resolve().parent.parent)]
+    if args.baseline is not None:
+        trees.append(("old", args.baseline))
+    for name, tree in trees:
+        with tempfile.TemporaryDirectory() as out:
+            got = last_json(tree, __file__, [*flags, out], wrapper=callgrind(Path(out)))
+        print(json.dumps({"tree": name, "chains": args.chains, "turns": args.turns, **got}))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chains", type=int, default=8)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help="CPU passes (median per turn)")
     parser.add_argument("--baseline", type=Path, help="another checkout, measured after this one")
+    what = "instructions per stored turn instead (callgrind: load-proof)"
+    parser.add_argument("--instructions", action="store_true", help=what)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--instructions-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.instructions_child is not None:
+        print(json.dumps(instructions_here(args.chains, args.turns, args.instructions_child)))
+        return 0
+    if args.instructions:
+        instructions(args)
+        return 0
     got = run_here(args.chains, args.turns, args.rounds)
     if args.json:
         print(json.dumps(got))
