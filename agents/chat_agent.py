@@ -47,7 +47,7 @@ class ChatAggregator(DefaultAggregator):
         for message in messages:
             formatted = message.formatted
             if isinstance(formatted, dict) and isinstance(formatted.get(CHAT_KEY), list):
-                out.extend(dict(m) for m in formatted[CHAT_KEY])
+                out.extend(map(dict, formatted[CHAT_KEY]))  # copies, no generator step each
             elif message.sender == name:
                 out.append({"role": "assistant", "content": str(message.content)})
             else:

@@ -22,112 +22,72 @@ import argparse
 import asyncio
 import cProfile
 import json
-import logging
 import os
 import pstats
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-KEY = "bench-key"
-REPLY = " ".join(f"word{i}" for i in range(64))
-
-
-def _streaming_transport() -> Any:
-    """``bench.asgi_stream.StreamingASGITransport`` from this file's folder (a baseline runs
-    this file with another tree on ``PYTHONPATH``)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parent / "asgi_stream.py"
-    spec = importlib.util.spec_from_file_location("_bench_asgi_stream", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.StreamingASGITransport
+from bench.inproc import REPLY, app_client, last_json
 
 
 async def measure(turns: int) -> dict[str, Any]:
-    import httpx
-    from asgi_lifespan import LifespanManager
+    async with app_client("delivery", chunk_delay_s=0.001, event_flush_s=0.0) as client:
+        previous: list[str | None] = [None]
+        messages: list[dict[str, str]] = []
 
-    from app.db.migrate import upgrade
-    from app.main import create_app
-    from app.settings import Settings
+        async def responses(k: int) -> int:
+            body: dict[str, Any] = {"model": "scripted", "input": f"turn {k}",
+                                    "stream": True, "max_output_tokens": 64}  # fmt: skip
+            if previous[0]:
+                body["previous_response_id"] = previous[0]
+            raw = b""
+            async with client.stream("POST", "/v1/responses", json=body) as resp:
+                async for chunk in resp.aiter_raw():
+                    raw += chunk
+            head = raw.split(b"\n\n", 1)[0].split(b"data: ", 1)[1]
+            previous[0] = json.loads(head)["response"]["id"]
+            return raw.count(b"event: response.output_text.delta\n")
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'delivery.db'}"
-        await asyncio.to_thread(upgrade, url)
-        model = {"name": "scripted", "backend": "scripted", "replies": [REPLY],
-                 "chunk_delay_s": 0.001}  # fmt: skip
-        settings = Settings(database_url=url, models=json.dumps([model]), api_keys=f"a:{KEY}",
-                            sandbox_enabled=False, access_log=False, event_flush_s=0.0)  # fmt: skip
-        app = create_app(settings)
-        async with LifespanManager(app):
-            for name in ("httpx", "agentstation.runs"):
-                logging.getLogger(name).setLevel(logging.WARNING)
-            transport = _streaming_transport()(app)
-            headers = {"Authorization": f"Bearer {KEY}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://t", headers=headers
-            ) as client:
-                previous: list[str | None] = [None]
-                messages: list[dict[str, str]] = []
+        async def chat(k: int) -> int:
+            messages.append({"role": "user", "content": f"turn {k}"})
+            body = {"model": "scripted", "messages": messages, "stream": True,
+                    "max_tokens": 64}  # fmt: skip
+            raw = b""
+            async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+                async for chunk in resp.aiter_raw():
+                    raw += chunk
+            messages.append({"role": "assistant", "content": REPLY})
+            return raw.count(b'"content":')
 
-                async def responses(k: int) -> int:
-                    body: dict[str, Any] = {"model": "scripted", "input": f"turn {k}",
-                                            "stream": True, "max_output_tokens": 64}  # fmt: skip
-                    if previous[0]:
-                        body["previous_response_id"] = previous[0]
-                    raw = b""
-                    async with client.stream("POST", "/v1/responses", json=body) as resp:
-                        async for chunk in resp.aiter_raw():
-                            raw += chunk
-                    head = raw.split(b"\n\n", 1)[0].split(b"data: ", 1)[1]
-                    previous[0] = json.loads(head)["response"]["id"]
-                    return raw.count(b"event: response.output_text.delta\n")
-
-                async def chat(k: int) -> int:
-                    messages.append({"role": "user", "content": f"turn {k}"})
-                    body = {"model": "scripted", "messages": messages, "stream": True,
-                            "max_tokens": 64}  # fmt: skip
-                    raw = b""
-                    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
-                        async for chunk in resp.aiter_raw():
-                            raw += chunk
-                    messages.append({"role": "assistant", "content": REPLY})
-                    return raw.count(b'"content":')
-
-                out: dict[str, Any] = {}
-                for name, turn in (("responses", responses), ("chat", chat)):
-                    for k in range(3):  # warm
-                        await turn(k)
-                    cpu, frames = [], 0
-                    for k in range(turns):
-                        start = time.thread_time()
-                        frames += await turn(k)
-                        cpu.append(time.thread_time() - start)
-                    prof = cProfile.Profile()
-                    prof.enable()
-                    for k in range(turns):
-                        await turn(k)
-                    prof.disable()
-                    stats = pstats.Stats(prof)
-                    app_calls = sum(
-                        v[1]  # ncalls
-                        for (file, _, _), v in stats.stats.items()  # type: ignore[attr-defined]
-                        if f"{os.sep}app{os.sep}" in file and "site-packages" not in file
-                    )
-                    out[name] = {
-                        "calls": round(stats.total_calls / turns),  # type: ignore[attr-defined]
-                        "app_calls": round(app_calls / turns),
-                        "cpu_us": round(1e6 * statistics.median(cpu)),
-                        "text_frames": round(frames / turns, 1),
-                    }
-                return out
+        out: dict[str, Any] = {}
+        for name, turn in (("responses", responses), ("chat", chat)):
+            for k in range(3):  # warm
+                await turn(k)
+            cpu, frames = [], 0
+            for k in range(turns):
+                start = time.thread_time()
+                frames += await turn(k)
+                cpu.append(time.thread_time() - start)
+            prof = cProfile.Profile()
+            prof.enable()
+            for k in range(turns):
+                await turn(k)
+            prof.disable()
+            stats = pstats.Stats(prof)
+            app_calls = sum(
+                v[1]  # ncalls
+                for (file, _, _), v in stats.stats.items()  # type: ignore[attr-defined]
+                if f"{os.sep}app{os.sep}" in file and "site-packages" not in file
+            )
+            out[name] = {
+                "calls": round(stats.total_calls / turns),  # type: ignore[attr-defined]
+                "app_calls": round(app_calls / turns),
+                "cpu_us": round(1e6 * statistics.median(cpu)),
+                "text_frames": round(frames / turns, 1),
+            }
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,14 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(json.dumps({"tree": "new", **got}), flush=True)
     if args.baseline is not None:
-        base = args.baseline.resolve()
-        env = {**os.environ, "PYTHONPATH": str(base)}
-        code = "import runpy, sys; sys.argv = sys.argv[1:]; "
-        code += "runpy.run_path(sys.argv[0], run_name='__main__')"
-        cmd = [sys.executable, "-c", code, str(Path(__file__).resolve()), "--json"]
-        cmd += ["--turns", str(args.turns)]
-        done = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True, check=True)
-        print(json.dumps({"tree": "old", **json.loads(done.stdout.strip().splitlines()[-1])}))
+        flags = ["--json", "--turns", str(args.turns)]
+        print(json.dumps({"tree": "old", **last_json(args.baseline, __file__, flags)}))
     return 0
 
 

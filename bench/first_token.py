@@ -16,8 +16,8 @@ each step (``sys.setprofile`` counting: load-proof); with ``--top``, a cProfile 
 (the functions that cost most in them).
 
 ``python -m bench.first_token [--db sqlite|postgres] [--turns 40] [--top 25]``: run from a
-tree's root to measure that tree's code; another tree's: from its root, with ``PYTHONPATH``
-naming it, run this file through ``runpy.run_path`` (as bench/responses_chain_cpu.py's
+tree's root to measure that tree's code; another tree's with this file:
+``python -m bench.inproc DIR bench/first_token.py [ARGS]`` (as bench/responses_chain_cpu.py's
 ``--baseline`` does: run as a script, bench/profile.py would shadow the standard library's).
 """
 
@@ -29,19 +29,15 @@ import cProfile
 import io
 import itertools
 import json
-import logging
 import pstats
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-KEY = "bench-key"
-REPLY = " ".join(f"word{i}" for i in range(64))
+from bench import inproc
+
 Marks = list[tuple[str, float, float, int]]
 MARKS: Marks = []  # (name, wall, thread CPU, calls so far) of the turn being measured
 CALLS = [0]  # Python and C calls counted by ``_count`` (the counting pass)
@@ -94,14 +90,27 @@ def instrument() -> None:
             _wrap_async(runs, name, "task_step", None)
     if hasattr(execution, "_begin"):
         _wrap_async(execution, "_begin", None, "agent_ready")
-    original_delta = RunChannel.delta
 
-    async def delta(self: RunChannel, *args: Any, **kwargs: Any) -> None:
+    def first_delta() -> None:
         if not any(m[0] == "run_delta" for m in MARKS):
             mark("run_delta")
-        await original_delta(self, *args, **kwargs)
 
-    RunChannel.delta = delta  # type: ignore[method-assign]
+    if hasattr(RunChannel, "put_delta"):  # the segmenter's (a plain function since h/chain32)
+        original_put: Any = RunChannel.put_delta
+
+        def put_delta(self: RunChannel, *args: Any, **kwargs: Any) -> None:
+            first_delta()
+            original_put(self, *args, **kwargs)
+
+        RunChannel.put_delta = put_delta  # type: ignore[method-assign]
+    else:
+        original_delta: Any = RunChannel.delta
+
+        async def delta(self: RunChannel, *args: Any, **kwargs: Any) -> None:
+            first_delta()
+            await original_delta(self, *args, **kwargs)
+
+        RunChannel.delta = delta  # type: ignore[method-assign]
 
 
 def instrument_store(store: Any) -> None:
@@ -109,55 +118,13 @@ def instrument_store(store: Any) -> None:
         _wrap_async(store, name, "admit<", "admit>")
 
 
-@asynccontextmanager
-async def app_client(db: str, gap_s: float) -> AsyncIterator[Any]:
-    import httpx
-    from asgi_lifespan import LifespanManager
+def app_client(db: str, gap_s: float) -> Any:
+    """The app in process (``bench.inproc``), its store's admission marked."""
 
-    from app.db.migrate import upgrade
-    from app.main import create_app
-    from app.settings import Settings
+    def marked(app: Any) -> None:
+        instrument_store(app.state.agentstation.run_manager.store)
 
-    StreamingASGITransport = _streaming_transport()
-
-    with tempfile.TemporaryDirectory() as tmp:
-        if db == "postgres":
-            from bench.common import reset_postgres_db
-
-            tree = Path.cwd()
-            name = "agentstation_bench_first_token"
-            url = await asyncio.to_thread(reset_postgres_db, name, tree)
-        else:
-            url = f"sqlite+aiosqlite:///{Path(tmp) / 'first.db'}"
-            await asyncio.to_thread(upgrade, url)
-        models = [{"name": "scripted", "backend": "scripted", "replies": [REPLY],
-                   "chunk_delay_s": gap_s}]  # fmt: skip
-        settings = Settings(database_url=url, models=json.dumps(models), api_keys=f"a:{KEY}",
-                            sandbox_enabled=False, access_log=False)  # fmt: skip
-        app = create_app(settings)
-        async with LifespanManager(app):
-            for name in ("httpx", "agentstation.runs"):
-                logging.getLogger(name).setLevel(logging.WARNING)
-            instrument_store(app.state.agentstation.run_manager.store)
-            transport = StreamingASGITransport(app)
-            headers = {"Authorization": f"Bearer {KEY}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://t", headers=headers
-            ) as client:
-                yield client
-
-
-def _streaming_transport() -> Any:
-    """``bench/asgi_stream.py``'s transport, loaded from this file's folder (run on another
-    tree's code, ``PYTHONPATH`` names a ``bench`` package that may not have it)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parent / "asgi_stream.py"
-    spec = importlib.util.spec_from_file_location("_bench_asgi_stream", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.StreamingASGITransport
+    return inproc.app_client("first_token", db=db, chunk_delay_s=gap_s, on_app=marked)
 
 
 Turn = Callable[[Any, int, Callable[[], None]], Any]

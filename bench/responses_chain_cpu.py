@@ -21,7 +21,10 @@ thread's CPU in that window (``time.thread_time``: the app and the client share 
 unlike the wall time, it does not count the time the thread waited for a core).
 
 ``python -m bench.responses_chain_cpu [--chains 8] [--turns 20] [--baseline DIR]``: with a
-baseline, the same measurement runs in a subprocess on that checkout's code (``PYTHONPATH``).
+baseline, the same measurement runs in a subprocess on that checkout's code (``PYTHONPATH``,
+``bench.inproc.run_in_tree``). ``--instructions``: instead, the machine instructions per stored
+turn (all turns, the client's included), each tree's run under callgrind (load-proof; ~50x
+slower: ``--chains 4 --turns 5`` takes about a minute a tree).
 """
 
 from __future__ import annotations
@@ -30,81 +33,64 @@ import argparse
 import asyncio
 import cProfile
 import json
-import logging
-import os
 import pstats
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-KEY = "bench-key"
-REPLY = " ".join(f"word{i}" for i in range(64))
+from bench.inproc import Instructions, app_client, callgrind, last_json
+
 TOKEN_GAP_S = 0.001  # the streamed TTFT's model: 1 ms per token after the first
 
 
-async def measure(chains: int, turns: int, profile: bool) -> list[float]:
-    """Per turn number: CPU seconds per turn (or Python calls per turn with ``profile``)."""
-    import httpx
-    from asgi_lifespan import LifespanManager
+async def measure(chains: int, turns: int, profile: bool, instructions: Any = None) -> list[float]:
+    """Per turn number: CPU seconds per turn (or Python calls per turn with ``profile``; with
+    ``instructions``, a ``bench.inproc.Instructions``: one number, instructions per turn)."""
+    async with app_client("chains", streamed=False) as client:
 
-    from app.db.migrate import upgrade
-    from app.main import create_app
-    from app.settings import Settings
+        async def turn(text: str, previous: str | None) -> str:
+            body: dict[str, Any] = {"model": "scripted", "input": text, "stream": True,
+                                    "max_output_tokens": 64, "temperature": 0}  # fmt: skip
+            if previous:
+                body["previous_response_id"] = previous
+            rid = ""
+            async with client.stream("POST", "/v1/responses", json=body) as resp:
+                assert resp.status_code == 200, await resp.aread()
+                async for line in resp.aiter_lines():
+                    if not rid and '"response.created"' in line and line[:6] == "data: ":
+                        rid = json.loads(line[6:])["response"]["id"]
+            return rid
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'chains.db'}"
-        await asyncio.to_thread(upgrade, url)
-        models = [{"name": "scripted", "backend": "scripted", "replies": [REPLY]}]
-        settings = Settings(database_url=url, models=json.dumps(models), api_keys=f"a:{KEY}",
-                            sandbox_enabled=False, access_log=False)  # fmt: skip
-        app = create_app(settings)
-        async with LifespanManager(app):
-            for name in ("httpx", "agentstation.runs"):
-                logging.getLogger(name).setLevel(logging.WARNING)
-            transport = httpx.ASGITransport(app=app)
-            headers = {"Authorization": f"Bearer {KEY}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://t", headers=headers
-            ) as client:
-
-                async def turn(text: str, previous: str | None) -> str:
-                    body: dict[str, Any] = {"model": "scripted", "input": text, "stream": True,
-                                            "max_output_tokens": 64, "temperature": 0}  # fmt: skip
-                    if previous:
-                        body["previous_response_id"] = previous
-                    rid = ""
-                    async with client.stream("POST", "/v1/responses", json=body) as resp:
-                        assert resp.status_code == 200, await resp.aread()
-                        async for line in resp.aiter_lines():
-                            if not rid and '"response.created"' in line and line[:6] == "data: ":
-                                rid = json.loads(line[6:])["response"]["id"]
-                    return rid
-
-                warm: str | None = None
-                for k in range(3):
-                    warm = await turn(f"warm {k}", warm)
-                previous: list[str | None] = [None] * chains
-                out = []
-                for k in range(turns):
-                    prof = cProfile.Profile() if profile else None
-                    if prof is not None:
-                        prof.enable()
-                    start = time.thread_time()
-                    for i in range(chains):
-                        text = f"Chain {i}, turn {k + 1}: tell me a story."
-                        previous[i] = await turn(text, previous[i])
-                    cpu = time.thread_time() - start
-                    if prof is not None:
-                        prof.disable()
-                        calls = pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
-                        out.append(calls / chains)
-                    else:
-                        out.append(cpu / chains)
-                return out
+        warm: str | None = None
+        for k in range(3):
+            warm = await turn(f"warm {k}", warm)
+        previous: list[str | None] = [None] * chains
+        out = []
+        if instructions is not None:  # all turns in one window (valgrind: ~50x slower)
+            instructions.start()
+            for k in range(turns):
+                for i in range(chains):
+                    text = f"Chain {i}, turn {k + 1}: tell me a story."
+                    previous[i] = await turn(text, previous[i])
+            return [instructions.stop() / (chains * turns)]
+        for k in range(turns):
+            prof = cProfile.Profile() if profile else None
+            if prof is not None:
+                prof.enable()
+            start = time.thread_time()
+            for i in range(chains):
+                text = f"Chain {i}, turn {k + 1}: tell me a story."
+                previous[i] = await turn(text, previous[i])
+            cpu = time.thread_time() - start
+            if prof is not None:
+                prof.disable()
+                calls = pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
+                out.append(calls / chains)
+            else:
+                out.append(cpu / chains)
+        return out
 
 
 async def ttft(
@@ -115,109 +101,68 @@ async def ttft(
     ``streamed``: through a transport that streams the body, the model taking ``TOKEN_GAP_S``
     per token (else httpx's, which returns the whole body: the time to the whole answer);
     ``profile``: Python calls per turn in that window instead (cProfile)."""
-    import httpx
-    from asgi_lifespan import LifespanManager
+    delay = TOKEN_GAP_S if streamed else None
+    async with app_client("ttft", streamed=streamed, chunk_delay_s=delay) as client:
+        got: dict[str, list[float]] = {"responses": [], "chat": []}
+        prof = cProfile.Profile() if profile else None
+        calls = {"responses": 0, "chat": 0}
+        cpu: dict[str, list[float]] = {"responses": [], "chat": []}
+        began = [0.0]
 
-    from app.db.migrate import upgrade
-    from app.main import create_app
-    from app.settings import Settings
+        def begin() -> float:
+            if prof is not None:
+                prof.enable()
+            began[0] = time.thread_time()
+            return time.perf_counter()
 
-    StreamingASGITransport = _streaming_transport()
+        def first_at(start: float, target: str) -> float:
+            took = time.perf_counter() - start
+            cpu[target].append(time.thread_time() - began[0])
+            if prof is not None:
+                prof.disable()
+                stats = pstats.Stats(prof)
+                calls[target] += stats.total_calls  # type: ignore[attr-defined]
+                prof.clear()
+            return took
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'ttft.db'}"
-        await asyncio.to_thread(upgrade, url)
-        model: dict[str, Any] = {"name": "scripted", "backend": "scripted", "replies": [REPLY]}
-        if streamed:
-            model["chunk_delay_s"] = TOKEN_GAP_S
-        settings = Settings(database_url=url, models=json.dumps([model]), api_keys=f"a:{KEY}",
-                            sandbox_enabled=False, access_log=False)  # fmt: skip
-        app = create_app(settings)
-        async with LifespanManager(app):
-            for name in ("httpx", "agentstation.runs"):
-                logging.getLogger(name).setLevel(logging.WARNING)
-            transport: httpx.AsyncBaseTransport = (
-                StreamingASGITransport(app) if streamed else httpx.ASGITransport(app=app)
-            )
-            headers = {"Authorization": f"Bearer {KEY}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://t", headers=headers
-            ) as client:
-                got: dict[str, list[float]] = {"responses": [], "chat": []}
-                prof = cProfile.Profile() if profile else None
-                calls = {"responses": 0, "chat": 0}
-                cpu: dict[str, list[float]] = {"responses": [], "chat": []}
-                began = [0.0]
-
-                def begin() -> float:
-                    if prof is not None:
-                        prof.enable()
-                    began[0] = time.thread_time()
-                    return time.perf_counter()
-
-                def first_at(start: float, target: str) -> float:
-                    took = time.perf_counter() - start
-                    cpu[target].append(time.thread_time() - began[0])
-                    if prof is not None:
-                        prof.disable()
-                        stats = pstats.Stats(prof)
-                        calls[target] += stats.total_calls  # type: ignore[attr-defined]
-                        prof.clear()
-                    return took
-
-                for i in range(chains):
-                    previous: str | None = None
-                    messages: list[dict[str, str]] = []
-                    for k in range(turns):
-                        text = f"Chain {i}, turn {k + 1}: tell me a story."
-                        body: dict[str, Any] = {"model": "scripted", "input": text}
-                        body.update(stream=True, max_output_tokens=64)
-                        if previous:
-                            body["previous_response_id"] = previous
-                        start, first = begin(), 0.0
-                        async with client.stream("POST", "/v1/responses", json=body) as resp:
-                            async for line in resp.aiter_lines():
-                                if not first and '"response.output_text.delta"' in line:
-                                    first = first_at(start, "responses")
-                                if '"response.created"' in line and line[:6] == "data: ":
-                                    previous = json.loads(line[6:])["response"]["id"]
-                        got["responses"].append(first)
-                        messages.append({"role": "user", "content": text})
-                        chat = {"model": "scripted", "messages": messages, "stream": True,
-                                "max_tokens": 64}  # fmt: skip
-                        start, first, answer = begin(), 0.0, ""
-                        async with client.stream("POST", "/v1/chat/completions", json=chat) as resp:
-                            async for line in resp.aiter_lines():
-                                if line[:7] != "data: {":
-                                    continue
-                                for choice in json.loads(line[6:]).get("choices") or []:
-                                    piece = choice["delta"].get("content") or ""
-                                    if piece and not first:
-                                        first = first_at(start, "chat")
-                                    answer += piece
-                        got["chat"].append(first)
-                        messages.append({"role": "assistant", "content": answer})
-                if profile:
-                    return {k: round(v / (chains * turns)) for k, v in calls.items()}
-                out = {k: round(1000 * statistics.median(v), 2) for k, v in got.items()}
-                if streamed:  # the event loop thread's CPU in the window (load-proof-ish)
-                    out |= {
-                        f"{k}_cpu_us": round(1e6 * statistics.median(v)) for k, v in cpu.items()
-                    }
-                return out
-
-
-def _streaming_transport() -> Any:
-    """``bench.asgi_stream.StreamingASGITransport``, loaded from this file's folder (a baseline
-    runs this file with another tree's ``bench`` package, which may not have it)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parent / "asgi_stream.py"
-    spec = importlib.util.spec_from_file_location("_bench_asgi_stream", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.StreamingASGITransport
+        for i in range(chains):
+            previous: str | None = None
+            messages: list[dict[str, str]] = []
+            for k in range(turns):
+                text = f"Chain {i}, turn {k + 1}: tell me a story."
+                body: dict[str, Any] = {"model": "scripted", "input": text}
+                body.update(stream=True, max_output_tokens=64)
+                if previous:
+                    body["previous_response_id"] = previous
+                start, first = begin(), 0.0
+                async with client.stream("POST", "/v1/responses", json=body) as resp:
+                    async for line in resp.aiter_lines():
+                        if not first and '"response.output_text.delta"' in line:
+                            first = first_at(start, "responses")
+                        if '"response.created"' in line and line[:6] == "data: ":
+                            previous = json.loads(line[6:])["response"]["id"]
+                got["responses"].append(first)
+                messages.append({"role": "user", "content": text})
+                chat = {"model": "scripted", "messages": messages, "stream": True,
+                        "max_tokens": 64}  # fmt: skip
+                start, first, answer = begin(), 0.0, ""
+                async with client.stream("POST", "/v1/chat/completions", json=chat) as resp:
+                    async for line in resp.aiter_lines():
+                        if line[:7] != "data: {":
+                            continue
+                        for choice in json.loads(line[6:]).get("choices") or []:
+                            piece = choice["delta"].get("content") or ""
+                            if piece and not first:
+                                first = first_at(start, "chat")
+                            answer += piece
+                got["chat"].append(first)
+                messages.append({"role": "assistant", "content": answer})
+        if profile:
+            return {k: round(v / (chains * turns)) for k, v in calls.items()}
+        out = {k: round(1000 * statistics.median(v), 2) for k, v in got.items()}
+        if streamed:  # the event loop thread's CPU in the window (load-proof-ish)
+            out |= {f"{k}_cpu_us": round(1e6 * statistics.median(v)) for k, v in cpu.items()}
+        return out
 
 
 def summary(values: list[float], scale: float) -> dict[str, float]:
@@ -241,31 +186,51 @@ def run_here(chains: int, turns: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def instructions_here(chains: int, turns: int, out: Path) -> dict[str, Any]:
+    """Under callgrind (``--instructions``' child): instructions per stored turn."""
+    got = asyncio.run(measure(chains, turns, False, Instructions(out)))
+    return {"instructions_per_turn": round(got[0])}
+
+
+def instructions(args: argparse.Namespace) -> None:
+    """``--instructions``: this tree's, then the baseline's, each a bench file run under
+    callgrind (the in-process client's instructions are counted too, the same on both)."""
+    flags = ["--chains", str(args.chains), "--turns", str(args.turns), "--instructions-child"]
+    trees = [("new", Path(__file__).resolve().parent.parent)]
+    if args.baseline is not None:
+        trees.append(("old", args.baseline))
+    for name, tree in trees:
+        with tempfile.TemporaryDirectory() as out:
+            got = last_json(tree, __file__, [*flags, out], wrapper=callgrind(Path(out)))
+        print(json.dumps({"tree": name, "chains": args.chains, "turns": args.turns, **got}))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chains", type=int, default=8)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help="CPU passes (median per turn)")
     parser.add_argument("--baseline", type=Path, help="another checkout, measured after this one")
+    what = "instructions per stored turn instead (callgrind: load-proof)"
+    parser.add_argument("--instructions", action="store_true", help=what)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--instructions-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.instructions_child is not None:
+        print(json.dumps(instructions_here(args.chains, args.turns, args.instructions_child)))
+        return 0
+    if args.instructions:
+        instructions(args)
+        return 0
     got = run_here(args.chains, args.turns, args.rounds)
     if args.json:
         print(json.dumps(got))
         return 0
     print(json.dumps({"tree": "new", **got}), flush=True)
     if args.baseline is not None:
-        base = args.baseline.resolve()
-        env = {**os.environ, "PYTHONPATH": str(base)}
-        # Run by path from the baseline's root (not as a script: bench/profile.py would shadow
-        # the standard library's ``profile`` that cProfile imports).
         flags = ["--json", "--chains", str(args.chains), "--turns", str(args.turns)]
         flags += ["--rounds", str(args.rounds)]
-        code = "import runpy, sys; sys.argv = sys.argv[1:]; "
-        code += "runpy.run_path(sys.argv[0], run_name='__main__')"
-        cmd = [sys.executable, "-c", code, str(Path(__file__).resolve()), *flags]
-        done = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True, check=True)
-        print(json.dumps({"tree": "old", **json.loads(done.stdout.strip().splitlines()[-1])}))
+        print(json.dumps({"tree": "old", **last_json(args.baseline, __file__, flags)}))
     return 0
 
 

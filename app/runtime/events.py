@@ -267,13 +267,18 @@ class RunChannel:
             self._append(EventType.MESSAGE_DELTA, pending)
 
     async def delta(self, index: int, sender: str, text: Any, stream_state: int) -> None:
-        """Add a content delta; consecutive deltas of one message are merged between flushes."""
+        """``put_delta`` awaited (it never waits)."""
+        self.put_delta(index, sender, text, stream_state)
+
+    def put_delta(self, index: int, sender: str, text: Any, stream_state: int) -> None:
+        """Add a content delta; consecutive deltas of one message are merged between flushes
+        (not a coroutine: the run's segmenter calls it once per token of every answer)."""
         pending = self._pending
         if (
             pending is not None
             and self._pending_text  # its delta is text (checked once, not per token)
             and pending["index"] == index
-            and isinstance(text, str)
+            and (type(text) is str or isinstance(text, str))
         ):
             pending["delta"] += text
             pending["stream_state"] = stream_state

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from agents.llms.base import CallMeter
@@ -53,27 +54,30 @@ class Job:
     prepared: Prepared | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    @property
+    # A run's ids never change: each read once from the run, then an instance attribute
+    # (``cached_property``): they are read ~30 times per turn, each a property call and an ORM
+    # attribute read before (issue 25).
+    @cached_property
     def run_id(self) -> str:
         return self.run.id
 
-    @property
+    @cached_property
     def tenant_id(self) -> str:
         return self.run.tenant_id
 
-    @property
+    @cached_property
     def session_pk(self) -> str:
         return self.run.session_pk
 
-    @property
+    @cached_property
     def session_id(self) -> str:
         return self.run.session_id
 
-    @property
+    @cached_property
     def agent_name(self) -> str:
         return self.run.agent
 
-    @property
+    @cached_property
     def session_key(self) -> str:
         """The session id agents and kernels see: ``<tenant>:<session>``."""
         return f"{self.tenant_id}:{self.session_id}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +70,29 @@ class _Segmenter:
         self.first: float | None = None  # the open message's first non-empty chunk
         self.counted = (0, 0)  # the turn's usage at the previous message
 
+    def step(self, chunk: AgentMessage) -> bool:
+        """A chunk that goes on writing the open message (same sender, still generating):
+        its delta handled here, no coroutine (once per token of every answer, issue 25);
+        False for any other chunk, which ``feed`` takes (nothing done)."""
+        open_ = self.open
+        if open_ is None or open_.sender != chunk.sender:
+            return False
+        state = int(chunk.stream_state)
+        if state not in GENERATING:
+            return False
+        content, text = chunk.content, self.text
+        if type(content) is str and type(text) is str and content.startswith(text):
+            delta = content[len(text) :]
+        else:  # (also for text of a subclass of str: as ``feed``)
+            delta = self._delta(content)
+        self.open, self.text = chunk, content
+        if delta is not None and delta != "":
+            if self.first is None:
+                self.first = time.time()  # a model's first token (an empty chunk may come first)
+            if self.channel is not None:
+                self.channel.put_delta(self.index, chunk.sender, delta, state)
+        return True
+
     async def feed(self, chunk: AgentMessage) -> None:
         # The state as an int (``GENERATING``'s members compare and hash as ints): an enum
         # conversion per chunk cost ~1.5 us, per token of every answer.
@@ -86,7 +108,7 @@ class _Segmenter:
             self.first = time.time()  # a model's first token (an empty chunk may come first)
         self.open, self.text = chunk, chunk.content
         if self.channel is not None and delta not in (None, ""):
-            await self.channel.delta(self.index, chunk.sender, delta, state)
+            self.channel.put_delta(self.index, chunk.sender, delta, state)
         if state not in GENERATING:
             await self.close()
 
@@ -137,24 +159,6 @@ def turn_params(agent: ServableAgent, gen_params: dict[str, Any]) -> dict[str, A
     return {**getattr(agent, "agentstation_gen_params", {}), **gen_params}
 
 
-async def stream_turn(
-    agent: ServableAgent,
-    message: AgentMessage,
-    session_key: str,
-    gen_params: dict[str, Any],
-    channel: RunChannel | None = None,
-    result: TurnResult | None = None,
-) -> AsyncIterator[AgentMessage]:
-    """Run one turn, yielding chunks; ``channel`` (if any) receives the events."""
-    result = result if result is not None else TurnResult()
-    segmenter = _Segmenter(channel, result)
-    params = turn_params(agent, gen_params)
-    async for chunk in agent.stream(message, session_id=session_key, **params):
-        await segmenter.feed(chunk)
-        yield chunk
-    await segmenter.close()
-
-
 async def resume_turn(
     agent: ServableAgent,
     resume: Resumption,
@@ -174,7 +178,8 @@ async def resume_turn(
             resume.decisions, session_id=session_key, pending=resume.pending, **params
         )
         async for chunk in stream:
-            await segmenter.feed(chunk)
+            if not segmenter.step(chunk):
+                await segmenter.feed(chunk)
             if AgentStatusCode(int(chunk.stream_state)) == AgentStatusCode.END:
                 result.final = chunk
         await segmenter.close()
@@ -191,9 +196,16 @@ async def run_turn(
 ) -> TurnResult:
     """Run one turn to its END message; ``result`` fills in as it goes (usage included)."""
     result = result if result is not None else TurnResult()
+    # The agent's chunks straight into the segmenter (a generator between them was one more
+    # layer every token passed through, issue 25).
+    segmenter = _Segmenter(channel, result)
+    params = turn_params(agent, gen_params)
     with usage_scope() as usage:
         result.usage = usage  # the live counter: a cancelled turn still reports its usage
-        async for chunk in stream_turn(agent, message, session_key, gen_params, channel, result):
+        async for chunk in agent.stream(message, session_id=session_key, **params):
+            if not segmenter.step(chunk):
+                await segmenter.feed(chunk)
             if int(chunk.stream_state) == AgentStatusCode.END:
                 result.final = chunk
+        await segmenter.close()
     return result
