@@ -50,6 +50,45 @@ async def discard(conn: AsyncConnection) -> None:
         await conn.close()
 
 
+async def checkout(engine: AsyncEngine) -> Any:
+    """A connection of the engine's pool (its ``_ConnectionFairy``: ``.driver_connection`` is
+    the asyncpg connection), as ``pooled`` checks one out, for a holder that keeps it across
+    awaits (a turn's lease); give it back with ``checkin``, or ``discard_checked_out``."""
+    return await greenlet_spawn(engine.sync_engine.pool.connect)
+
+
+def driver_of(fairy: Any) -> Any:
+    """The asyncpg connection of a connection from ``checkout``."""
+    return fairy.driver_connection
+
+
+def idle(fairy: Any) -> bool:
+    """Whether no transaction is open on a checked-out connection: its return to the pool is
+    then plain bookkeeping (nothing for the pool's reset to roll back), done without a
+    greenlet or an await by ``checkin``."""
+    pg = fairy.driver_connection
+    return not (
+        pg is None or pg.is_in_transaction() or fairy.dbapi_connection._transaction is not None
+    )
+
+
+async def checkin(fairy: Any) -> None:
+    """Give a checked-out connection back to the pool (its ``checkin`` events as ever); the
+    pool's reset rolls back a transaction still open."""
+    if idle(fairy):
+        fairy._close_special(transaction_reset=True)  # nothing to roll back
+    else:
+        await greenlet_spawn(fairy.close)
+
+
+async def discard_checked_out(fairy: Any) -> None:
+    """``discard`` for a connection from ``checkout``: closed for good, never pooled again."""
+    with contextlib.suppress(BaseException):
+        await greenlet_spawn(fairy.invalidate)
+    with contextlib.suppress(BaseException):
+        await greenlet_spawn(fairy.close)
+
+
 @contextlib.asynccontextmanager
 async def pooled(engine: AsyncEngine) -> AsyncIterator[Any]:
     """A pooled connection's asyncpg connection: back to the pool after the block, discarded
@@ -68,7 +107,7 @@ async def pooled(engine: AsyncEngine) -> AsyncIterator[Any]:
         with contextlib.suppress(BaseException):
             await greenlet_spawn(fairy.close)
         raise
-    await greenlet_spawn(fairy.close)
+    await checkin(fairy)  # at once, without a greenlet, when no transaction is open
 
 
 async def on_sqlite(engine: AsyncEngine, fn: Callable[..., T], *args: Any) -> T:
