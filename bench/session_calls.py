@@ -11,8 +11,12 @@ listeners plus SQLAlchemy's, from the engine's ``before_cursor_execute``). Targe
 - ``conversation``: a creation and the new session's first streamed turn;
 - ``turn``: a later streamed turn of a session (round robin over 32).
 
-``--top K`` also prints the K functions with the most calls per request of each target.
-``python -m bench.session_calls [--db postgres] [--n 300] [--baseline DIR] [--top 25]``.
+``--bytecodes``: also the bytecodes the interpreter ran per request (``sys.settrace`` opcode
+events, every thread: the event loop's own Python included, which a served gateway runs in
+uvloop's C). ``--top K`` also prints the K functions with the most calls per request of each
+target.
+``python -m bench.session_calls [--db postgres] [--n 300] [--bytecodes] [--baseline DIR]
+[--top 25]``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pstats
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +72,37 @@ async def call(app: Any, path: str, data: bytes) -> tuple[int, bytes]:
     return out[0]["status"], b"".join(m.get("body", b"") for m in out[1:])
 
 
+async def _bytecodes(step: Any, n: int) -> int:
+    """Bytecodes the interpreter ran (every thread's ``opcode`` trace events) over ``n`` awaits
+    of ``step()``: a count of the Python work, whatever each call costs."""
+    import threading
+
+    count = [0]
+
+    def trace(frame: Any, event: str, _arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            count[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    threading.settrace(trace)
+    try:
+        for _ in range(n):
+            await step()
+    finally:
+        sys.settrace(None)
+        threading.settrace(None)  # type: ignore[arg-type]
+    return count[0]
+
+
 async def measure(
-    db: str, url: str | None, n: int, top: int, dump: Path | None = None
+    db: str,
+    url: str | None,
+    n: int,
+    top: int,
+    dump: Path | None = None,
+    opcodes: bool = False,
 ) -> dict[str, Any]:
     import sqlalchemy as sa
     from asgi_lifespan import LifespanManager
@@ -160,6 +194,8 @@ async def measure(
                     row["top"] = [
                         f"{v[1] / n:.1f} {Path(f).name}:{line}:{fn}" for (f, line, fn), v in most
                     ]
+                if opcodes:
+                    row["bytecodes"] = round(await _bytecodes(partial(one, target), n) / n)
                 out[target] = row
             return out
 
@@ -170,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument("--baseline", type=Path, help="another checkout, measured after this one")
+    parser.add_argument(
+        "--bytecodes", action="store_true", help="also the bytecodes run per request (slow)"
+    )
     parser.add_argument("--pstats", type=Path, help="write each target's profile to PSTATS.target")
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
@@ -179,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.common import reset_postgres_db
 
         url = reset_postgres_db("agentstation_bench_calls_new")
-    got = asyncio.run(measure(args.db, url, args.n, args.top, args.pstats))
+    got = asyncio.run(measure(args.db, url, args.n, args.top, args.pstats, args.bytecodes))
     if args.json:
         print(json.dumps(got))
         return 0
@@ -196,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         code += "runpy.run_path(sys.argv[0], run_name='__main__')"
         cmd = [sys.executable, "-c", code, str(Path(__file__).resolve()), "--json"]
         cmd += ["--db", args.db, "--n", str(args.n), "--top", str(args.top)]
+        cmd += ["--bytecodes"] if args.bytecodes else []
         if base_url is not None:
             cmd += ["--url", base_url]
         done = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True, check=True)

@@ -67,9 +67,10 @@ def idle(fairy: Any) -> bool:
     then plain bookkeeping (nothing for the pool's reset to roll back), done without a
     greenlet or an await by ``checkin``."""
     pg = fairy.driver_connection
-    return not (
-        pg is None or pg.is_in_transaction() or fairy.dbapi_connection._transaction is not None
-    )
+    if pg is None or pg.is_closed() or pg.is_in_transaction():
+        return False
+    # SQLAlchemy's adapter begins its own transactions (none on the raw statements' path)
+    return getattr(fairy.dbapi_connection, "_transaction", None) is None
 
 
 async def checkin(fairy: Any) -> None:
