@@ -92,7 +92,7 @@ async def _bytecodes(step: Any, n: int) -> int:
             await step()
     finally:
         sys.settrace(None)
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
     return count[0]
 
 
