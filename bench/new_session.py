@@ -64,6 +64,35 @@ CREATE_P50_MS = 5.0  # POST /v1/sessions p50 at 32 concurrent, PostgreSQL
 TTFT_ADDED_MS = 20.0  # a new conversation's TTFT p50 over the raw call's, at 32 concurrent
 
 
+def _proc_cpu(pid: int | str) -> float:
+    """User + system CPU seconds of a process so far (0 when gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _postgres_cpu() -> float:
+    """CPU seconds of this machine's PostgreSQL processes so far (every ``postgres`` process:
+    the backends serving the gateway, the WAL writer, the checkpointer...)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() == "postgres":
+                    total += _proc_cpu(entry.name)
+    return total
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, every core (/proc/stat)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz
+
+
 async def _load(server: ServerProcess, mode: str, n: int, concurrency: int) -> dict[str, Any]:
     """``n`` requests (or conversations) of ``mode``, ``concurrency`` at once, closed loop."""
     base = server.base_url
@@ -121,9 +150,12 @@ async def _load(server: ServerProcess, mode: str, n: int, concurrency: int) -> d
 
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as http:
+        me, pg0, (busy0, all0) = _proc_cpu(os.getpid()), _postgres_cpu(), _machine_busy()
         cpu0, wall0 = server.cpu_seconds(), time.perf_counter()
         await asyncio.gather(*(worker(http) for _ in range(concurrency)))
         cpu, wall = server.cpu_seconds() - cpu0, time.perf_counter() - wall0
+        client, pg = _proc_cpu(os.getpid()) - me, _postgres_cpu() - pg0
+        busy1, all1 = _machine_busy()
     if failures:
         raise RuntimeError(f"{len(failures)} of {n} {mode} requests failed, e.g. {failures[0]}")
     figures = {
@@ -131,6 +163,12 @@ async def _load(server: ServerProcess, mode: str, n: int, concurrency: int) -> d
         "p99_ms": pct(latencies, 99),
         "rps": n / wall,
         "server_cpu_ms": cpu / n * 1e3,
+        # Where the rest of the machine's CPU went (the bench's own client, PostgreSQL), and
+        # how busy the whole machine was (1.0: every core, all the time): a closed loop at
+        # ``concurrency`` whose machine is saturated queues on CPU (p50 ~ concurrency / rps).
+        "client_cpu_ms": client / n * 1e3,
+        "postgres_cpu_ms": pg / n * 1e3,
+        "machine_busy": (busy1 - busy0) / max(all1 - all0, 1e-9),
     }
     if ttfts:
         figures["ttft_p50_ms"] = pct(ttfts, 50)

@@ -246,8 +246,12 @@ def _kind(sql: str) -> str:
     return sql[:70]
 
 
-def statements(tree: Path | None, db: str) -> tuple[int, dict[str, int]]:
-    """(turns, statements of each kind) of one gateway on its own database ``db``."""
+def statements(
+    tree: Path | None, db: str, durations: dict[str, list[float]] | None = None
+) -> tuple[int, dict[str, int]]:
+    """(turns, statements of each kind) of one gateway on its own database ``db``; with
+    ``durations``, also the server's time of each statement by kind (ms, from
+    ``log_min_duration_statement = 0``: its bind and execute phases; not its commit)."""
     import asyncio
     import re
     from collections import Counter
@@ -266,6 +270,8 @@ def statements(tree: Path | None, db: str) -> tuple[int, dict[str, int]]:
             await conn.close()
 
     asyncio.run(log_statements("SET log_statement = 'all'"))
+    if durations is not None:
+        asyncio.run(log_statements("SET log_min_duration_statement = 0"))
     with gateway_server("gw-statements", SCRIPTED, url, tree=tree, **GATEWAY_ENV) as gw:
         create_agent(gw.base_url)
         ids = [
@@ -285,8 +291,14 @@ def statements(tree: Path | None, db: str) -> tuple[int, dict[str, int]]:
         time.sleep(0.5)
     text = PG_LOG.read_bytes()[offset:].decode(errors="replace")
     asyncio.run(log_statements("RESET log_statement"))  # the database stays, quiet
+    asyncio.run(log_statements("RESET log_min_duration_statement"))
     kinds: Counter[str] = Counter()
     for line in text.splitlines():
+        if durations is not None and f"@{db} " in line:
+            timed = re.search(r"duration: ([0-9.]+) ms  (?:bind|execute) [^:]*: (.*)", line)
+            if timed:
+                durations.setdefault(_kind(timed.group(2)), []).append(float(timed.group(1)))
+                continue
         if f"@{db} " in line and (m := re.search(r"LOG:  (?:execute [^:]*|statement): (.*)", line)):
             kinds[_kind(m.group(1))] += 1
     return n, dict(kinds)
@@ -309,15 +321,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="PostgreSQL statements per persisted turn")
     parser.add_argument("--statements", action="store_true", required=True)
     parser.add_argument("--baseline", type=Path, default=None)
+    parser.add_argument(
+        "--durations", action="store_true", help="also the server's time per statement kind"
+    )
     args = parser.parse_args()
     trees: list[tuple[str, Path | None]] = [("this tree", None)]
     if args.baseline is not None:
         trees.append(("baseline", args.baseline.resolve()))
     for label, tree in trees:
-        turns, kinds = statements(tree, pg_db_name(PG_BENCH_DB + "_statements", tree))
+        timed: dict[str, list[float]] | None = {} if args.durations else None
+        db = pg_db_name(PG_BENCH_DB + "_statements", tree)
+        turns, kinds = statements(tree, db, timed)
         print(f"{label}: {turns} turns")
         for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
             print(f"  {count / turns:6.3f} per turn  ({count:5d})  {kind}")
+        for kind, times in sorted((timed or {}).items(), key=lambda kv: -sum(kv[1])):
+            times.sort()
+            print(f"  server time (bind + execute) p50 {times[len(times) // 2]:.3f} ms, "
+                  f"sum {sum(times) / turns:.3f} ms per turn: {kind}")  # fmt: skip
 
 
 if __name__ == "__main__":

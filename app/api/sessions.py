@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -45,6 +46,30 @@ from app.services.turns import TurnRequest, submit_turn
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
+def _not_json(o: object) -> Any:
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+
+# What ``JSONResponse.render`` writes (compact, UTF-8 kept, NaN refused), its C encoder made
+# once instead of a ``JSONEncoder`` and a C encoder per response.
+_ENCODE = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+    None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False
+)
+
+
+class Created(JSONResponse):
+    """A 201 JSON answer: the bytes and headers ``JSONResponse(content, 201)`` sends, encoded
+    by ``_ENCODE`` and its two headers written directly."""
+
+    def __init__(self, content: dict[str, Any]) -> None:
+        self.status_code, self.background = 201, None
+        self.body = body = "".join(_ENCODE(content, 0)).encode()
+        self.raw_headers = [
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", b"application/json"),
+        ]
+
+
 async def create_session(request: Request) -> Response:
     """Start a session with an agent."""
     # The fast path (as ``post_message``): body, key and validation with plain calls, in
@@ -52,8 +77,7 @@ async def create_session(request: Request) -> Response:
     data = await json_body(request)
     who = await authenticate(request)
     body = validated_body(SessionCreate, data)
-    public = await service.new_session(app_state(request), who.tenant_id, body)
-    return JSONResponse(public, status_code=201)
+    return Created(await service.new_session(app_state(request), who.tenant_id, body))
 
 
 router.add_api_route(  # the fast path (app/api/fastpath.py): every new conversation creates one

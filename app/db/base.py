@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -64,5 +64,10 @@ def transient(cls: type[T], **columns: Any) -> T:
 
 
 def new_id(prefix: str) -> str:
-    """A random public id such as ``run_3f2a…``."""
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """A random public id such as ``run_3f2a…``: the prefix and a version-4 UUID's 32 hex
+    digits, as ``uuid.uuid4().hex`` writes them (its version and variant bits set on 16 random
+    bytes directly: ``uuid.UUID``'s constructor was ~200 bytecodes, two ids per new session)."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # variant RFC 4122
+    return f"{prefix}_{b.hex()}"

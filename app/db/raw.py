@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import asyncpg
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
@@ -50,6 +51,58 @@ async def discard(conn: AsyncConnection) -> None:
         await conn.close()
 
 
+async def checkout(engine: AsyncEngine) -> Any:
+    """A connection of the engine's pool (its ``_ConnectionFairy``: ``.driver_connection`` is
+    the asyncpg connection), as ``pooled`` checks one out, for a holder that keeps it across
+    awaits (a turn's lease); give it back with ``checkin``, or ``discard_checked_out``."""
+    return await greenlet_spawn(_connect, engine.sync_engine)
+
+
+def _connect(engine: Engine) -> Any:
+    """``engine.raw_connection()`` (the pool's checkout), a driver error raised as
+    ``engine.connect()`` raises it: a SQLAlchemy ``DBAPIError`` (e.g. "the database system is
+    starting up" during a restart), which the app answers with 503 ``database_unavailable``,
+    not the driver adapter's own ``Error``, which no handler knows."""
+    try:
+        return engine.raw_connection()
+    except engine.dialect.loaded_dbapi.Error as err:
+        Connection._handle_dbapi_exception_noconnection(err, engine.dialect, engine)
+        raise
+
+
+def driver_of(fairy: Any) -> Any:
+    """The asyncpg connection of a connection from ``checkout``."""
+    return fairy.driver_connection
+
+
+def idle(fairy: Any) -> bool:
+    """Whether no transaction is open on a checked-out connection: its return to the pool is
+    then plain bookkeeping (nothing for the pool's reset to roll back), done without a
+    greenlet or an await by ``checkin``."""
+    pg = fairy.driver_connection
+    if pg is None or pg.is_closed() or pg.is_in_transaction():
+        return False
+    # SQLAlchemy's adapter begins its own transactions (none on the raw statements' path)
+    return getattr(fairy.dbapi_connection, "_transaction", None) is None
+
+
+async def checkin(fairy: Any) -> None:
+    """Give a checked-out connection back to the pool (its ``checkin`` events as ever); the
+    pool's reset rolls back a transaction still open."""
+    if idle(fairy):
+        fairy._close_special(transaction_reset=True)  # nothing to roll back
+    else:
+        await greenlet_spawn(fairy.close)
+
+
+async def discard_checked_out(fairy: Any) -> None:
+    """``discard`` for a connection from ``checkout``: closed for good, never pooled again."""
+    with contextlib.suppress(BaseException):
+        await greenlet_spawn(fairy.invalidate)
+    with contextlib.suppress(BaseException):
+        await greenlet_spawn(fairy.close)
+
+
 @contextlib.asynccontextmanager
 async def pooled(engine: AsyncEngine) -> AsyncIterator[Any]:
     """A pooled connection's asyncpg connection: back to the pool after the block, discarded
@@ -59,7 +112,7 @@ async def pooled(engine: AsyncEngine) -> AsyncIterator[Any]:
     and its reset on return, as ``engine.connect()`` has them), without the ``Connection`` and
     ``AsyncConnection`` wrappers around it, which the raw statements do not use: a checkout
     and return cost ~28 instead of ~44 µs (one greenlet each way instead of two)."""
-    fairy = await greenlet_spawn(engine.sync_engine.pool.connect)
+    fairy = await greenlet_spawn(_connect, engine.sync_engine)
     try:
         yield fairy.driver_connection
     except BaseException:
@@ -68,7 +121,7 @@ async def pooled(engine: AsyncEngine) -> AsyncIterator[Any]:
         with contextlib.suppress(BaseException):
             await greenlet_spawn(fairy.close)
         raise
-    await greenlet_spawn(fairy.close)
+    await checkin(fairy)  # at once, without a greenlet, when no transaction is open
 
 
 async def on_sqlite(engine: AsyncEngine, fn: Callable[..., T], *args: Any) -> T:

@@ -109,8 +109,8 @@ async def _pooled_still_work(pool: Pool) -> None:
 async def _admitted(pool: Pool, session_pk: str) -> TurnLease:
     """A hold as the run's admission hands it over: its connection already holds the lock."""
     hold = TurnLease(pool.locks, key=advisory_key(session_pk))
-    hold.conn = await pool.engine.connect()
-    hold.pg = await raw.driver(hold.conn)
+    hold.conn = await raw.checkout(pool.engine)
+    hold.pg = raw.driver_of(hold.conn)
     await pg_sql.lock(hold.pg, hold.key)
     hold.locked = True
     assert await pool.locks.try_take_slot()

@@ -350,7 +350,7 @@ async def test_a_raw_statement_on_a_lost_connection_is_a_503_and_leaks_nothing(
 
     await make_agent(client)
     sid = await make_session(client)
-    real = raw.driver
+    real = raw.driver_of  # the turn lease's asyncpg connection
 
     class Lost:
         def __init__(self, pg: Any) -> None:
@@ -359,13 +359,13 @@ async def test_a_raw_statement_on_a_lost_connection_is_a_503_and_leaks_nothing(
         async def fetchrow(self, *_: Any) -> Any:
             raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")
 
-    async def lost_driver(conn: Any) -> Any:
-        return Lost(await real(conn))
+    def lost_driver(conn: Any) -> Any:
+        return Lost(real(conn))
 
-    monkeypatch.setattr(raw, "driver", lost_driver)
+    monkeypatch.setattr(raw, "driver_of", lost_driver)
     resp = await client.post(f"/v1/sessions/{sid}/messages", json={"message": "hi"})
     assert resp.status_code == 503 and resp.json()["error"]["code"] == "database_unavailable"
-    monkeypatch.setattr(raw, "driver", real)
+    monkeypatch.setattr(raw, "driver_of", real)
     await turn(client, sid)  # the session is free: nothing held by the failed request
     pool = engine_of(app).sync_engine.pool
     await settle(app)

@@ -22,6 +22,27 @@ from typing import Any
 from app.db import raw
 from app.db.models import Run
 
+
+def _not_json(o: object) -> Any:
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+
+# ``json.dumps(value)``'s text for the statements' JSON parameters, from a C encoder made once
+# (``json.dumps`` builds a ``JSONEncoder``'s C encoder per call); without the circular-reference
+# check, which values decoded from JSON or dumped from models never need.
+_ENCODE = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+    None, _not_json, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+)
+_STRING = json.encoder.encode_basestring_ascii  # what ``json.dumps`` writes for a str
+
+
+def dumps(value: Any) -> str:
+    """``json.dumps(value)`` (the same text) for an acyclic value."""
+    if isinstance(value, str):
+        return str(_STRING(value))
+    return "".join(_ENCODE(value, 0))
+
+
 ADMIT = (
     "SELECT o_rev, o_active, o_status, o_found, o_current FROM agentstation_admit("
     "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::json, $12::json, $13, $14, $15)"
@@ -125,8 +146,8 @@ async def admit(
         run.session_id,
         run.agent,
         run.agent_version,
-        json.dumps(run.input),
-        json.dumps(run.options),
+        dumps(run.input),
+        dumps(run.options),
         run.idempotency_key,
         run.created_at,
         wait_busy,
@@ -165,18 +186,18 @@ async def store_end(
         run.session_pk,
         run.id,
         finished_at,
-        json.dumps(messages),
+        dumps(messages),
         bool(messages or rewrite),
         events_json(events),
         charge,
         run.tenant_id,
         run.status,
         run.stop_reason,
-        None if run.output is None else json.dumps(run.output),
-        None if run.error is None else json.dumps(run.error),
+        None if run.output is None else dumps(run.output),
+        None if run.error is None else dumps(run.error),
         run.prompt_tokens,
         run.completion_tokens,
-        None if run.pending is None else json.dumps(run.pending),
+        None if run.pending is None else dumps(run.pending),
         seq_reserved,
     )
     sql = END
@@ -198,8 +219,8 @@ def events_json(events: list[dict[str, Any]]) -> str:
     parts = []
     for e in events:
         raw = e.get("raw")
-        data = raw.decode() if raw is not None else json.dumps(e["data"])
-        parts.append(f'{{"seq":{int(e["seq"])},"type":{json.dumps(e["type"])},"data":{data}}}')
+        data = raw.decode() if raw is not None else dumps(e["data"])
+        parts.append(f'{{"seq":{int(e["seq"])},"type":{_STRING(e["type"])},"data":{data}}}')
     return "[" + ",".join(parts) + "]"
 
 

@@ -96,7 +96,8 @@ class PgRunStore(RunStore):
         return Admitted(run, True, got.rev, got.active, got.current)
 
     async def create_session(self, new: NewSession) -> tuple[str, int, AgentSpec]:
-        args = (new.pk, new.tenant_id, new.id, new.agent, json.dumps(new.metadata), new.at)
+        metadata = json.dumps(new.metadata) if new.metadata else "{}"
+        args = (new.pk, new.tenant_id, new.id, new.agent, metadata, new.at)
         async with raw.pooled(self.engine) as pg:
             got = await raw.fetchrow(pg, pg_sql.CREATE_SESSION, *args)
         if got is None:

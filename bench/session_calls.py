@@ -1,0 +1,247 @@
+"""Python calls per ``POST /v1/sessions``, per new conversation and per later turn (load-proof).
+
+The app runs in process on a fresh PostgreSQL database (or SQLite), called directly through
+ASGI (no sockets, no client library: uvicorn's own work, the same for every tree, is
+left out). Per target, ``--n`` requests under cProfile: the Python and C calls per request
+(``calls``), those of the gateway's own functions (``app_calls``), and the statements sent to
+the database per request (``statements``: the raw statements reported to ``app.db.raw``'s
+listeners plus SQLAlchemy's, from the engine's ``before_cursor_execute``). Targets:
+
+- ``create``: ``POST /v1/sessions``;
+- ``conversation``: a creation and the new session's first streamed turn;
+- ``turn``: a later streamed turn of a session (round robin over 32).
+
+``--bytecodes``: also the bytecodes the interpreter ran per request (``sys.settrace`` opcode
+events, every thread: the event loop's own Python included, which a served gateway runs in
+uvloop's C). ``--top K`` also prints the K functions with the most calls per request of each
+target.
+``python -m bench.session_calls [--db postgres] [--n 300] [--bytecodes] [--baseline DIR]
+[--top 25]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import logging
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+KEY = "bench-key"
+TARGETS = ("create", "conversation", "turn")
+
+
+async def call(app: Any, path: str, data: bytes) -> tuple[int, bytes]:
+    """One POST through the ASGI app, as a kept-alive client sends it (no client library: its
+    calls would dwarf the server's); status and body."""
+    headers = [
+        (b"host", b"127.0.0.1:8000"),
+        (b"content-type", b"application/json"),
+        (b"authorization", b"Bearer " + KEY.encode()),
+        (b"content-length", str(len(data)).encode()),
+    ]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+        "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {},
+    }  # fmt: skip
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:  # as a live connection: nothing more until the response is sent
+            await asyncio.sleep(3600)
+        sent = True
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    out: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        out.append(message)
+
+    await app(scope, receive, send)
+    return out[0]["status"], b"".join(m.get("body", b"") for m in out[1:])
+
+
+async def _bytecodes(step: Any, n: int) -> int:
+    """Bytecodes the interpreter ran (every thread's ``opcode`` trace events) over ``n`` awaits
+    of ``step()``: a count of the Python work, whatever each call costs."""
+    import threading
+
+    count = [0]
+
+    def trace(frame: Any, event: str, _arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            count[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    threading.settrace(trace)
+    try:
+        for _ in range(n):
+            await step()
+    finally:
+        sys.settrace(None)
+        threading.settrace(None)
+    return count[0]
+
+
+async def measure(
+    db: str,
+    url: str | None,
+    n: int,
+    top: int,
+    dump: Path | None = None,
+    opcodes: bool = False,
+) -> dict[str, Any]:
+    import sqlalchemy as sa
+    from asgi_lifespan import LifespanManager
+
+    from app.db import raw
+    from app.db.migrate import upgrade
+    from app.main import create_app
+    from app.settings import Settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if url is None:
+            url = f"sqlite+aiosqlite:///{Path(tmp) / 'calls.db'}"
+            await asyncio.to_thread(upgrade, url)
+        model = {"name": "scripted", "backend": "scripted"}
+        settings = Settings(database_url=url, models=json.dumps([model]), api_keys=f"a:{KEY}",
+                            sandbox_enabled=False, access_log=False,
+                            session_cache_ttl_s=3600, tenant_budget_ttl_s=3600)  # fmt: skip
+        app = create_app(settings)
+        async with LifespanManager(app):
+            for name in ("httpx", "agentstation.runs"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+            statements = [0]
+            raw.listeners.append(lambda _sql: statements.__setitem__(0, statements[0] + 1))
+            engine = app.state.agentstation.engine
+            sa.event.listen(
+                engine.sync_engine,
+                "before_cursor_execute",
+                lambda *_a: statements.__setitem__(0, statements[0] + 1),
+            )
+            got = await call(
+                app,
+                "/v1/agents",
+                json.dumps({"name": "a", "spec": {"kind": "agent", "model": "scripted"}}).encode(),
+            )
+            assert got[0] == 201, got
+            create = json.dumps({"agent": "a"}).encode()
+            turn = json.dumps({"message": "hello world", "stream": True}).encode()
+
+            async def new() -> str:
+                status, body = await call(app, "/v1/sessions", create)
+                assert status == 201, body
+                sid: str = json.loads(body)["id"]
+                return sid
+
+            async def turn_of(sid: str) -> None:
+                status, body = await call(app, f"/v1/sessions/{sid}/messages", turn)
+                assert status == 200 and b"run.completed" in body, body[-300:]
+
+            sessions = [await new() for _ in range(32)]
+            k = [0]
+
+            async def one(target: str) -> None:
+                if target == "create":
+                    await new()
+                elif target == "conversation":
+                    await turn_of(await new())
+                else:
+                    await turn_of(sessions[k[0] % len(sessions)])
+                    k[0] += 1
+
+            out: dict[str, Any] = {}
+            for target in TARGETS:
+                for _ in range(20):  # warm
+                    await one(target)
+                await asyncio.sleep(0.2)  # background starts (kernels) settle
+                prof = cProfile.Profile()
+                statements[0] = 0
+                prof.enable()
+                for _ in range(n):
+                    await one(target)
+                prof.disable()
+                stmts = statements[0]
+                if dump is not None:
+                    prof.dump_stats(f"{dump}.{target}")
+                stats = pstats.Stats(prof)
+                table = stats.stats  # type: ignore[attr-defined]
+                app_calls = sum(
+                    v[1]
+                    for (file, _, _), v in table.items()
+                    if f"{os.sep}app{os.sep}" in file and "site-packages" not in file
+                )
+                row: dict[str, Any] = {
+                    "calls": round(stats.total_calls / n),  # type: ignore[attr-defined]
+                    "app_calls": round(app_calls / n),
+                    "statements": round(stmts / n, 2),
+                }
+                if top:
+                    most = sorted(table.items(), key=lambda kv: -kv[1][1])[:top]
+                    row["top"] = [
+                        f"{v[1] / n:.1f} {Path(f).name}:{line}:{fn}" for (f, line, fn), v in most
+                    ]
+                if opcodes:
+                    row["bytecodes"] = round(await _bytecodes(partial(one, target), n) / n)
+                out[target] = row
+            return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="postgres", choices=("postgres", "sqlite"))
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--baseline", type=Path, help="another checkout, measured after this one")
+    parser.add_argument(
+        "--bytecodes", action="store_true", help="also the bytecodes run per request (slow)"
+    )
+    parser.add_argument("--pstats", type=Path, help="write each target's profile to PSTATS.target")
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    url = args.url
+    if url is None and args.db == "postgres":
+        from bench.common import reset_postgres_db
+
+        url = reset_postgres_db("agentstation_bench_calls_new")
+    got = asyncio.run(measure(args.db, url, args.n, args.top, args.pstats, args.bytecodes))
+    if args.json:
+        print(json.dumps(got))
+        return 0
+    print(json.dumps({"tree": "new", **got}), flush=True)
+    if args.baseline is not None:
+        base = args.baseline.resolve()
+        base_url = None
+        if args.db == "postgres":
+            from bench.common import reset_postgres_db
+
+            base_url = reset_postgres_db("agentstation_bench_calls_base", base)
+        env = {**os.environ, "PYTHONPATH": str(base)}
+        code = "import runpy, sys; sys.argv = sys.argv[1:]; "
+        code += "runpy.run_path(sys.argv[0], run_name='__main__')"
+        cmd = [sys.executable, "-c", code, str(Path(__file__).resolve()), "--json"]
+        cmd += ["--db", args.db, "--n", str(args.n), "--top", str(args.top)]
+        cmd += ["--bytecodes"] if args.bytecodes else []
+        if base_url is not None:
+            cmd += ["--url", base_url]
+        done = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True, check=True)
+        print(json.dumps({"tree": "old", **json.loads(done.stdout.strip().splitlines()[-1])}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
