@@ -189,7 +189,8 @@ class Metrics:
         self.run_duration.labels(status).observe(max(0.0, duration_s))
 
     # The three per-request recorders below update cells in place, with no call but
-    # ``get_ident`` and ``bisect_left``: on the owner thread without a lock, elsewhere under it.
+    # ``get_ident`` and ``bisect_left`` (a cache miss: ``KeyError``, once per key and thread):
+    # on the owner thread without a lock, on any other under ``writers.lock``.
 
     def tokens(self, model: str, prompt: int, completion: int, provider: str = "") -> None:
         """Add one model call's token usage (``provider``: the model's backend; the labels
@@ -202,7 +203,10 @@ class Metrics:
             writers.lock.acquire()
         try:
             shard = OWNER if mine else OTHERS
-            cells = self._tokens[shard].get(model) or self._token_cells(shard, model, provider)
+            try:
+                cells = self._tokens[shard][model]
+            except KeyError:
+                cells = self._token_cells(shard, model, provider)
             cells[0][0] += prompt
             cells[1][0] += completion
             bounds = self._token_bounds
@@ -236,11 +240,14 @@ class Metrics:
             writers.lock.acquire()
         try:
             shard = OWNER if mine else OTHERS
-            cells = self._ttft[shard].get(model) or self._ttft_cells(shard, model, provider)
-            ttft = cells[0]
+            try:
+                ttft_cells = self._ttft[shard][model]
+            except KeyError:
+                ttft_cells = self._ttft_cells(shard, model, provider)
+            ttft = ttft_cells[0]
             ttft[bisect_left(self._ttft_bounds, seconds)] += 1.0
             ttft[-1] += seconds
-            ttft = cells[1]
+            ttft = ttft_cells[1]
             ttft[bisect_left(self._genai_ttft_bounds, seconds)] += 1.0
             ttft[-1] += seconds
         finally:
@@ -263,9 +270,12 @@ class Metrics:
         try:
             shard = OWNER if mine else OTHERS
             key = (method, route, status)
-            cells = self._http[shard].get(key) or self._http_cells(shard, key)
-            cells[0][0] += 1.0
-            latency = cells[1]
+            try:
+                http_cells = self._http[shard][key]
+            except KeyError:
+                http_cells = self._http_cells(shard, key)
+            http_cells[0][0] += 1.0
+            latency = http_cells[1]
             latency[bisect_left(self._latency_bounds, seconds)] += 1.0
             latency[-1] += seconds
         finally:
