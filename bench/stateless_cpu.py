@@ -188,7 +188,7 @@ async def count_calls(app: Any, data: bytes, n: int) -> float:
         print(f"  {ncalls / n:6.1f}  {name}  {file.rsplit('site-packages/', 1)[-1]}:{line}")
     by_origin = calls_by_origin(rows)
     print("  calls per request by origin (a C function's calls go to its caller's):")
-    for origin, count in sorted(by_origin.items(), key=lambda kv: -kv[1])[:12]:
+    for origin, count in sorted(by_origin.items(), key=lambda kv: -kv[1])[:20]:
         print(f"  {count / n:6.1f}  {origin}")
     return float(stats.total_calls) / n  # type: ignore[attr-defined]
 
