@@ -265,7 +265,7 @@ def origin(file: str) -> str:
         return file.rsplit("site-packages/", 1)[1].split("/", 1)[0]
     if "/lib/python3" in file:
         return file.rsplit("/lib/python3", 1)[1].split("/")[1].removesuffix(".py")
-    for top in ("/app/", "/agents/", "/bench/"):
+    for top in ("/tests/", "/app/", "/agents/", "/bench/"):
         if top in file:
             return top[1:] + file.rsplit(top, 1)[1]
     return file
