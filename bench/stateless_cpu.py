@@ -14,6 +14,12 @@ served CPU per request did not (bench/README.md, "Stateless paths, round three")
 To compare two trees, run it once per tree, alternating: ``--tree DIR`` serves that checkout's
 ``app`` and ``agents`` (the anchors and the harness stay this tree's), e.g.
 ``python -m bench.stateless_cpu --tree /work/base-perf-gateway`` then without ``--tree``.
+
+Load-proof modes (one window of ``--n`` requests per target after the warm-up): ``--calls``,
+function calls per request (cProfile), each target's most called functions and its calls by
+origin (package, stdlib module or this tree's file); ``--instructions``, machine instructions
+per request (the module runs itself again under callgrind, instrumented only in the windows;
+``--n 200``–``400``: about a minute per tree).
 """
 
 from __future__ import annotations
@@ -124,10 +130,13 @@ def served_as_uvicorn(app: Any) -> Any:
     return ProxyHeadersMiddleware(app, HOST)
 
 
-async def measure(targets: list[str], n: int, rounds: int, calls: bool = False) -> dict[str, float]:
+async def measure(
+    targets: list[str], n: int, rounds: int, calls: bool = False, callgrind: str | None = None
+) -> dict[str, float]:
     """CPU seconds per request of each target, alternating in ``rounds``; with ``calls``,
     function calls per request instead (cProfile's count, Python and C: load-proof), the
-    most-called functions of each target printed."""
+    most-called functions of each target printed; with ``callgrind`` (the dump folder of the
+    valgrind this process runs under), machine instructions per request (load-proof)."""
     from app.cli import build_app
     from app.settings import Settings
     from bench.baselines import echo
@@ -154,6 +163,8 @@ async def measure(targets: list[str], n: int, rounds: int, calls: bool = False) 
         gc.freeze()
         if calls:
             return {t: await count_calls(apps[t], bodies[t], n) for t in targets}
+        if callgrind is not None:
+            return {t: await count_instructions(apps[t], bodies[t], n, callgrind) for t in targets}
         spent = dict.fromkeys(targets, 0.0)
         for _ in range(rounds):
             for target in targets:
@@ -170,6 +181,12 @@ async def count_calls(app: Any, data: bytes, n: int) -> float:
     import cProfile
     import pstats
 
+    # Warm again: the upstream (uvicorn) closes connections idle for 5 s while other targets
+    # are counted; aiohttp finds out on the first request that reuses one.
+    with contextlib.suppress(Exception):
+        await call(app, PATH, data)
+    for _ in range(50):
+        await call(app, PATH, data)
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(n):
@@ -180,7 +197,91 @@ async def count_calls(app: Any, data: bytes, n: int) -> float:
     top = sorted(rows.items(), key=lambda kv: -kv[1][1])[:25]
     for (file, line, name), (_, ncalls, *_rest) in top:
         print(f"  {ncalls / n:6.1f}  {name}  {file.rsplit('site-packages/', 1)[-1]}:{line}")
+    by_origin = calls_by_origin(rows)
+    print("  calls per request by origin (a C function's calls go to its caller's):")
+    for origin, count in sorted(by_origin.items(), key=lambda kv: -kv[1])[:20]:
+        print(f"  {count / n:6.1f}  {origin}")
     return float(stats.total_calls) / n  # type: ignore[attr-defined]
+
+
+async def count_instructions(app: Any, data: bytes, n: int, folder: str) -> float:
+    """Instructions per request of ``n`` requests: callgrind's instrumentation on, counters
+    zeroed, the requests, a dump (this process runs under ``valgrind --instr-atstart=no``)."""
+    from pathlib import Path
+
+    from bench.callgrind import dumped
+
+    with contextlib.suppress(Exception):  # see count_calls: a connection closed while idle
+        await call(app, PATH, data)
+    for _ in range(20):
+        await call(app, PATH, data)
+    await callgrind_control("-i", "on")
+    await callgrind_control("-z")
+    for _ in range(n):
+        await call(app, PATH, data)
+    await callgrind_control("-d")
+    await callgrind_control("-i", "off")
+    return dumped(Path(folder), os.getpid()) / n
+
+
+async def callgrind_control(*args: str) -> None:
+    """``callgrind_control ARGS`` on this process: valgrind takes the command while this
+    process runs (not while it blocks waiting for the tool), so the loop polls for its end."""
+    proc = subprocess.Popen(  # noqa: ASYNC220 (polled below: the loop must keep running)
+        ["callgrind_control", *args, str(os.getpid())],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"callgrind_control {' '.join(args)} did not finish")
+        await asyncio.sleep(0.002)
+    if proc.returncode:
+        raise RuntimeError(f"callgrind_control {' '.join(args)}: exit {proc.returncode}")
+
+
+def under_callgrind(argv: list[str]) -> int:
+    """Run this module again, with ``argv``, under callgrind (instrumentation off until
+    ``count_instructions`` turns it on); its exit status."""
+    import shutil
+
+    folder = tempfile.mkdtemp(prefix="bench-scg-")
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+           f"--callgrind-out-file={folder}/cg.%p", sys.executable, "-m", "bench.stateless_cpu",
+           *argv, "--callgrind-dir", folder]  # fmt: skip
+    env = {"PYTHONHASHSEED": "0", **os.environ}  # the same string hashes in every run
+    try:
+        return subprocess.run(cmd, check=False, env=env).returncode
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def origin(file: str) -> str:
+    """Where a profiled function lives: a package (``prometheus_client``), a stdlib module
+    (``asyncio``), or this tree's file (``app/ops/metrics.py``)."""
+    if "site-packages/" in file:
+        return file.rsplit("site-packages/", 1)[1].split("/", 1)[0]
+    if "/lib/python3" in file:
+        return file.rsplit("/lib/python3", 1)[1].split("/")[1].removesuffix(".py")
+    for top in ("/tests/", "/app/", "/agents/", "/bench/"):
+        if top in file:
+            return top[1:] + file.rsplit(top, 1)[1]
+    return file
+
+
+def calls_by_origin(rows: dict[Any, Any]) -> dict[str, int]:
+    """cProfile's call counts summed by ``origin``; a built-in's calls by its callers'."""
+    out: dict[str, int] = {}
+    for (file, _line, _name), (_cc, ncalls, _tt, _ct, callers) in rows.items():
+        if file != "~":
+            out[origin(file)] = out.get(origin(file), 0) + ncalls
+            continue
+        for (caller, _l, _n), counts in callers.items():
+            key = origin(caller)
+            out[key] = out.get(key, 0) + (counts[0] if isinstance(counts, tuple) else counts)
+    return out
 
 
 def main() -> None:
@@ -190,7 +291,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--calls", action="store_true", help="function calls per request")
     parser.add_argument("--tree", help="another checkout whose app and agents are measured")
+    parser.add_argument(
+        "--instructions", action="store_true", help="machine instructions per request "
+        "(callgrind: slow, use --n 200)",
+    )  # fmt: skip
+    parser.add_argument("--callgrind-dir", help=argparse.SUPPRESS)  # set by --instructions
     args = parser.parse_args()
+    if args.instructions:
+        argv = [a for a in sys.argv[1:] if a != "--instructions"]
+        raise SystemExit(under_callgrind(argv))
     targets = list(args.targets) or list(TARGETS)
     if unknown := set(targets) - set(TARGETS):
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
@@ -205,7 +314,7 @@ def main() -> None:
         if "fwd" in targets:
             upstream = stack.enter_context(mock_upstream())
         configure(upstream)
-        cpu = asyncio.run(measure(targets, args.n, args.rounds, args.calls))
+        cpu = asyncio.run(measure(targets, args.n, args.rounds, args.calls, args.callgrind_dir))
     import app
 
     print(f"gateway tree: {os.path.dirname(os.path.dirname(app.__file__))}")
@@ -215,6 +324,8 @@ def main() -> None:
         ratio = f"{cpu[target] / cpu[anchor]:.3f}× {anchor}" if anchor in cpu else ""
         if args.calls:
             print(f"{target:6s} {cpu[target]:7.1f} function calls per request  {ratio}")
+        elif args.callgrind_dir:
+            print(f"{target:6s} {cpu[target]:11,.0f} instructions per request  {ratio}")
         else:
             print(f"{target:6s} {cpu[target] * 1e6:7.1f} µs CPU per request  {ratio}")
 

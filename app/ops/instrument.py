@@ -136,7 +136,9 @@ class InstrumentedRaw:
             return await self.tracer.raw_chat(
                 self.model, self.provider, request, lambda: self._complete(request)
             )
-        return await self._complete(request)
+        response: dict[str, Any] = await self.inner.complete(request)  # _complete, inlined
+        self._usage(response.get("usage"))
+        return response
 
     async def _complete(self, request: dict[str, Any]) -> dict[str, Any]:
         response: dict[str, Any] = await self.inner.complete(request)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Mapping
+from threading import get_ident
 from typing import Any
 
 from prometheus_client import (
@@ -18,6 +20,8 @@ from prometheus_client import (
     generate_latest,
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.ops.metric_cells import OTHERS, OWNER, Cells, CounterFamily, HistogramFamily, Writers
 
 log = logging.getLogger(__name__)
 
@@ -41,25 +45,33 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 
 class Metrics:
-    """All AgentStation metrics on a private registry; the runtime calls the small methods."""
+    """All AgentStation metrics on a private registry; the runtime calls the small methods.
+
+    The per-request ones (HTTP requests and latency, tokens, TTFT) are plain floats
+    (``app/ops/metric_cells.py``): the thread ``writers`` bound (the event loop's, claimed by
+    ``MetricsMiddleware``) updates them without a lock, any other thread under
+    ``writers.lock``. The rest are prometheus_client's own metrics."""
 
     def __init__(self, registry: CollectorRegistry | None = None, process: bool = True) -> None:
         reg = self.registry = registry or CollectorRegistry()
+        self.writers = w = Writers()
         if process:
             ProcessCollector(registry=reg)
             PlatformCollector(registry=reg)
-        self.http_requests = Counter(
+        self.http_requests = CounterFamily(
+            w,
             "agentstation_http_requests",
             "HTTP requests by method, route template and status.",
             ["method", "route", "status"],
-            registry=reg,
+            reg,
         )
-        self.http_latency = Histogram(
+        self.http_latency = HistogramFamily(
+            w,
             "agentstation_http_request_duration_seconds",
             "HTTP request duration until the response is complete (streams included).",
             ["method", "route"],
+            reg,
             buckets=_LATENCY_BUCKETS,
-            registry=reg,
         )
         self.http_in_flight = Gauge(
             "agentstation_http_requests_in_flight", "HTTP requests being served.", registry=reg
@@ -83,34 +95,38 @@ class Metrics:
             ["scope"],
             registry=reg,
         )
-        self.ttft = Histogram(
+        self.ttft = HistogramFamily(
+            w,
             "agentstation_time_to_first_token_seconds",
             "Time from a model call to its first token, per model.",
             ["model"],
+            reg,
             buckets=_TTFT_BUCKETS,
-            registry=reg,
         )
-        self.tokens_total = Counter(
+        self.tokens_total = CounterFamily(
+            w,
             "agentstation_tokens",
             "Tokens processed per model and kind (prompt|completion).",
             ["model", "kind"],
-            registry=reg,
+            reg,
         )
         # OpenTelemetry's GenAI metrics, named as its Prometheus mapping names them:
         # gen_ai.client.token.usage ({token}) and gen_ai.server.time_to_first_token (s).
-        self.genai_token_usage = Histogram(
+        self.genai_token_usage = HistogramFamily(
+            w,
             "gen_ai_client_token_usage",
             "Tokens per model call by type (gen_ai.client.token.usage: input|output).",
             [*_GENAI_LABELS, "gen_ai_token_type"],
+            reg,
             buckets=_GENAI_TOKEN_BUCKETS,
-            registry=reg,
         )
-        self.genai_ttft = Histogram(
+        self.genai_ttft = HistogramFamily(
+            w,
             "gen_ai_server_time_to_first_token_seconds",
             "Time from a model call to its first token (gen_ai.server.time_to_first_token).",
             _GENAI_LABELS,
+            reg,
             buckets=_GENAI_TTFT_BUCKETS,
-            registry=reg,
         )
         self.queue_depth = Gauge(
             "agentstation_runs_queued", "Runs waiting for their session.", registry=reg
@@ -150,9 +166,16 @@ class Metrics:
             registry=reg,
         )
         self._samplers: list[Callable[[], None]] = []
-        # Labelled children by model: per-call .labels() costs a lock and label checks.
-        self._model_tokens: dict[str, tuple[Counter, Counter, Histogram, Histogram]] = {}
-        self._model_ttft: dict[str, tuple[Histogram, Histogram]] = {}
+        # Each call's cells by its key, one dict per writer (``OWNER``, ``OTHERS``): a model's
+        # (prompt counter, completion counter, input histogram, output histogram), its two
+        # TTFT histograms, a request's (counter, latency histogram) by (method, route, status).
+        self._tokens: tuple[dict[str, tuple[Cells, ...]], ...] = ({}, {})
+        self._ttft: tuple[dict[str, tuple[Cells, Cells]], ...] = ({}, {})
+        self._http: tuple[dict[tuple[str, str, int], tuple[Cells, Cells]], ...] = ({}, {})
+        self._latency_bounds = self.http_latency.bounds
+        self._token_bounds = self.genai_token_usage.bounds
+        self._ttft_bounds = self.ttft.bounds
+        self._genai_ttft_bounds = self.genai_ttft.bounds
 
     # --- calls for the runtime ---------------------------------------------------------------
 
@@ -165,35 +188,107 @@ class Metrics:
         self.runs.labels(status).inc()
         self.run_duration.labels(status).observe(max(0.0, duration_s))
 
+    # The three per-request recorders below update cells in place, with no call but
+    # ``get_ident`` and ``bisect_left`` (a cache miss: ``KeyError``, once per key and thread):
+    # on the owner thread without a lock, on any other under ``writers.lock``.
+
     def tokens(self, model: str, prompt: int, completion: int, provider: str = "") -> None:
-        """Add one model call's token usage (``provider``: the model's backend)."""
-        children = self._model_tokens.get(model)
-        if children is None:  # labelled children cached per model (as MetricsMiddleware does)
-            genai = ("chat", provider or model, model)
-            children = self._model_tokens[model] = (
-                self.tokens_total.labels(model, "prompt"),
-                self.tokens_total.labels(model, "completion"),
-                self.genai_token_usage.labels(*genai, "input"),
-                self.genai_token_usage.labels(*genai, "output"),
-            )
-        if prompt:
-            children[0].inc(prompt)
-        if completion:
-            children[1].inc(completion)
-        children[2].observe(prompt)
-        children[3].observe(completion)
+        """Add one model call's token usage (``provider``: the model's backend; the labels
+        keep the provider of the model's first call)."""
+        if prompt < 0 or completion < 0:  # as Counter.inc refuses them
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        writers = self.writers
+        mine = get_ident() == writers.owner
+        if not mine:
+            writers.lock.acquire()
+        try:
+            shard = OWNER if mine else OTHERS
+            try:
+                cells = self._tokens[shard][model]
+            except KeyError:
+                cells = self._token_cells(shard, model, provider)
+            cells[0][0] += prompt
+            cells[1][0] += completion
+            bounds = self._token_bounds
+            usage = cells[2]
+            usage[bisect_left(bounds, prompt)] += 1.0
+            usage[-1] += prompt
+            usage = cells[3]
+            usage[bisect_left(bounds, completion)] += 1.0
+            usage[-1] += completion
+        finally:
+            if not mine:
+                writers.lock.release()
+
+    def _token_cells(self, shard: int, model: str, provider: str) -> tuple[Cells, ...]:
+        genai = ("chat", provider or model, model)
+        cells = self._tokens[shard][model] = (
+            self.tokens_total.cells(shard, (model, "prompt")),
+            self.tokens_total.cells(shard, (model, "completion")),
+            self.genai_token_usage.cells(shard, (*genai, "input")),
+            self.genai_token_usage.cells(shard, (*genai, "output")),
+        )
+        return cells
 
     def time_to_first_token(self, model: str, seconds: float, provider: str = "") -> None:
-        """Record the time from a model call to its first token."""
-        children = self._model_ttft.get(model)
-        if children is None:
-            children = self._model_ttft[model] = (
-                self.ttft.labels(model),
-                self.genai_ttft.labels("chat", provider or model, model),
-            )
-        seconds = max(0.0, seconds)
-        children[0].observe(seconds)
-        children[1].observe(seconds)
+        """Record the time from a model call to its first token (negative or NaN: 0)."""
+        if not seconds > 0.0:
+            seconds = 0.0
+        writers = self.writers
+        mine = get_ident() == writers.owner
+        if not mine:
+            writers.lock.acquire()
+        try:
+            shard = OWNER if mine else OTHERS
+            try:
+                ttft_cells = self._ttft[shard][model]
+            except KeyError:
+                ttft_cells = self._ttft_cells(shard, model, provider)
+            ttft = ttft_cells[0]
+            ttft[bisect_left(self._ttft_bounds, seconds)] += 1.0
+            ttft[-1] += seconds
+            ttft = ttft_cells[1]
+            ttft[bisect_left(self._genai_ttft_bounds, seconds)] += 1.0
+            ttft[-1] += seconds
+        finally:
+            if not mine:
+                writers.lock.release()
+
+    def _ttft_cells(self, shard: int, model: str, provider: str) -> tuple[Cells, Cells]:
+        cells = self._ttft[shard][model] = (
+            self.ttft.cells(shard, (model,)),
+            self.genai_ttft.cells(shard, ("chat", provider or model, model)),
+        )
+        return cells
+
+    def http_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one finished HTTP request and record its duration."""
+        writers = self.writers
+        mine = get_ident() == writers.owner
+        if not mine:
+            writers.lock.acquire()
+        try:
+            shard = OWNER if mine else OTHERS
+            key = (method, route, status)
+            try:
+                http_cells = self._http[shard][key]
+            except KeyError:
+                http_cells = self._http_cells(shard, key)
+            http_cells[0][0] += 1.0
+            latency = http_cells[1]
+            latency[bisect_left(self._latency_bounds, seconds)] += 1.0
+            latency[-1] += seconds
+        finally:
+            if not mine:
+                writers.lock.release()
+
+    def _http_cells(self, shard: int, key: tuple[str, str, int]) -> tuple[Cells, Cells]:
+        method, route, status = key
+        cells = self._http[shard][key] = (
+            self.http_requests.cells(shard, (method, route, str(status))),
+            self.http_latency.cells(shard, (method, route)),
+        )
+        return cells
 
     def set_queue_depth(self, queued: int, active: int | None = None) -> None:
         """Set how many runs wait (and, optionally, how many execute)."""
@@ -260,12 +355,12 @@ class MetricsMiddleware:
         self.app = app
         self.metrics = metrics
         self.path = path
-        # Labelled children cached by key: skips prometheus_client's lock and label checks.
-        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.in_flight = 0
         metrics.add_sampler(lambda: metrics.http_in_flight.set(self.in_flight))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.metrics.writers.owner is None:  # the lifespan's, or the first request's, thread
+            self.metrics.writers.claim()  # (the event loop's) updates the metrics lock-free
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -288,20 +383,9 @@ class MetricsMiddleware:
         finally:
             self.in_flight -= 1
             method = scope["method"] if scope["method"] in _METHODS else "OTHER"
-            counter, histogram = self._child(method, route_template(scope), status)
-            counter.inc()
-            histogram.observe(time.perf_counter() - start)
-
-    def _child(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
-        key = (method, route, status)
-        child = self._children.get(key)
-        if child is None:
-            child = (
-                self.metrics.http_requests.labels(method, route, str(status)),
-                self.metrics.http_latency.labels(method, route),
+            self.metrics.http_request(
+                method, route_template(scope), status, time.perf_counter() - start
             )
-            self._children[key] = child
-        return child
 
     async def _serve_metrics(self, send: Send) -> None:
         body = self.metrics.render()
