@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from agents.llms.base import CallMeter
 from agents.schema import AgentMessage
 from app.db.models import SEQ_BLOCK, Run
+from app.runtime import eager
 from app.runtime.admission import Admissions, Submission
 from app.runtime.approvals import Resumption
-from app.runtime import eager
 from app.runtime.cancels import Cancels
 from app.runtime.events import Event, RunChannel
 from app.runtime.execution import execute
