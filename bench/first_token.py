@@ -47,6 +47,7 @@ ITERS = [0]  # event loop iterations (``_run_once`` calls) so far: ``count_itera
 # (``response.completed``, ``[DONE]``), per turn.
 LAST_CHUNK = [0]
 TO_END: list[int] = []
+FIRST_WAIT_S = [0.0]  # the scripted model's wait before its first chunk (``--first-wait-ms``)
 
 
 SEGMENT: list[Any] = []  # (profiler, from mark, to mark): ``--segment`` profiles only that
@@ -83,13 +84,20 @@ def end_seen() -> None:
 
 
 def _mark_chunks() -> None:
-    """The scripted model's chunks note their loop iteration (``LAST_CHUNK``)."""
+    """The scripted model's chunks note their loop iteration (``LAST_CHUNK``); its call is
+    the mark ``model_call`` (with a served model: the engine's request sent)."""
     from app.models.scripted import ScriptedModelLLM
 
     original: Any = ScriptedModelLLM._astream
 
     async def astream(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not any(m[0] == "model_call" for m in MARKS):  # the model is called (the engine's
+            mark("model_call")  # request sent): iterations to here and from here on count
+        if FIRST_WAIT_S[0]:  # as an engine's first token, after a wait (``--first-wait-ms``)
+            await asyncio.sleep(FIRST_WAIT_S[0])
         async for chunk in original(self, *args, **kwargs):
+            if not any(m[0] == "model_chunk" for m in MARKS):
+                mark("model_chunk")  # its first token: the hops from here to the client count
             LAST_CHUNK[0] = ITERS[0]
             yield chunk
 
@@ -218,7 +226,9 @@ def chat_turn() -> Turn:
         seen = False
         async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
             async for line in resp.aiter_lines():
-                if not seen and '"content":"' in line.replace(" ", ""):
+                # A text delta (not the role's first chunk, whose content is empty).
+                bare = line.replace(" ", "")
+                if not seen and '"content":"' in bare and '"content":""' not in bare:
                     seen = True
                     first()
                 if line == "data: [DONE]":
@@ -281,14 +291,17 @@ async def run_target(client: Any, target: str, turns: int, mode: str) -> dict[st
             "wall_us": round(1e6 * statistics.median(s[0] for s in v)),
             "cpu_us": round(1e6 * statistics.median(s[1] for s in v)),
             "wall_max_us": round(1e6 * max(s[0] for s in v)),
-            # Loop iterations in the step (a wake-up of another task costs one): min / max.
-            "iters": f"{min(s[3] for s in v)}-{max(s[3] for s in v)}",
+            # Loop iterations in the step (a wake-up of another task costs one): the median,
+            # and min-max (a timer or another task's callback may add one now and then).
+            "iters": statistics.median(s[3] for s in v),
+            "iters_range": f"{min(s[3] for s in v)}-{max(s[3] for s in v)}",
             "n": len(v),
         }
         for name, v in steps.items()
     }
     if TO_END:  # the client's last text delta -> the stream's terminal event
-        out["last_delta_to_end_iters"] = f"{min(TO_END)}-{max(TO_END)}"
+        out["last_chunk_to_end_iters"] = statistics.median(TO_END)
+        out["last_chunk_to_end_range"] = f"{min(TO_END)}-{max(TO_END)}"
     if mode == "profiled":
         stats = pstats.Stats(SEGMENT[0] if SEGMENT else prof)
         out["calls_per_turn"] = round(stats.total_calls / turns)  # type: ignore[attr-defined]
@@ -327,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--segment", nargs=2, help="profile only from one mark to another")
     parser.add_argument("--gap-ms", type=float, default=1.0, help="the model's time per token")
+    what = "the model's wait before its first token (0: it comes at once, in its call's step)"
+    parser.add_argument("--first-wait-ms", type=float, default=0.0, help=what)
     args = parser.parse_args(argv)
+    FIRST_WAIT_S[0] = args.first_wait_ms / 1000
     if args.segment:
         SEGMENT[:] = [None, *args.segment]
     asyncio.run(main_async(args.db, args.targets, args.turns, args.top, args.gap_ms / 1000))
