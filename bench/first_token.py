@@ -13,7 +13,12 @@ of its steps, marked by wrappers around the turn path's functions (the chain-end
 ``submit_turn``, the store's admission, the run's first step, the agent built with its memory,
 the run's first delta, the client's first delta); in a second pass, the Python (and C) calls of
 each step (``sys.setprofile`` counting: load-proof); with ``--top``, a cProfile of the windows
-(the functions that cost most in them).
+(the functions that cost most in them). Per step also the event loop's iterations (``iters``: a
+counter on the loop's ``_run_once``; every wake-up of another task costs one, and with many
+streams on one loop each waits behind all of them: load-proof), with the marks ``model_call``
+and ``model_chunk`` (the scripted model called, its first chunk; ``--first-wait-ms``: a wait
+before it, as an engine's) and ``last_chunk_to_end_iters`` (the model's last chunk to the
+client's reading the terminal event).
 
 ``python -m bench.first_token [--db sqlite|postgres] [--turns 40] [--top 25]``: run from a
 tree's root to measure that tree's code; another tree's with this file:
