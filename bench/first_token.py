@@ -13,7 +13,12 @@ of its steps, marked by wrappers around the turn path's functions (the chain-end
 ``submit_turn``, the store's admission, the run's first step, the agent built with its memory,
 the run's first delta, the client's first delta); in a second pass, the Python (and C) calls of
 each step (``sys.setprofile`` counting: load-proof); with ``--top``, a cProfile of the windows
-(the functions that cost most in them).
+(the functions that cost most in them). Per step also the event loop's iterations (``iters``: a
+counter on the loop's ``_run_once``; every wake-up of another task costs one, and with many
+streams on one loop each waits behind all of them: load-proof), with the marks ``model_call``
+and ``model_chunk`` (the scripted model called, its first chunk; ``--first-wait-ms``: a wait
+before it, as an engine's) and ``last_chunk_to_end_iters`` (the model's last chunk to the
+client's reading the terminal event).
 
 ``python -m bench.first_token [--db sqlite|postgres] [--turns 40] [--top 25]``: run from a
 tree's root to measure that tree's code; another tree's with this file:
@@ -38,22 +43,70 @@ from typing import Any
 
 from bench import inproc
 
-Marks = list[tuple[str, float, float, int]]
-MARKS: Marks = []  # (name, wall, thread CPU, calls so far) of the turn being measured
+Marks = list[tuple[str, float, float, int, int]]
+MARKS: Marks = []  # (name, wall, thread CPU, calls so far, loop iterations so far) of a turn
 CALLS = [0]  # Python and C calls counted by ``_count`` (the counting pass)
+ITERS = [0]  # event loop iterations (``_run_once`` calls) so far: ``count_iterations``
+# The loop iteration of the scripted model's latest chunk, and the iterations from its last
+# (the finish chunk) to the client's reading the stream's terminal event
+# (``response.completed``, ``[DONE]``), per turn.
+LAST_CHUNK = [0]
+TO_END: list[int] = []
+FIRST_WAIT_S = [0.0]  # the scripted model's wait before its first chunk (``--first-wait-ms``)
 
 
 SEGMENT: list[Any] = []  # (profiler, from mark, to mark): ``--segment`` profiles only that
 
 
 def mark(name: str) -> None:
-    MARKS.append((name, time.perf_counter(), time.thread_time(), CALLS[0]))
+    MARKS.append((name, time.perf_counter(), time.thread_time(), CALLS[0], ITERS[0]))
     if SEGMENT and SEGMENT[0] is not None:  # the profiled pass
         prof, start, end = SEGMENT
         if name == start:
             prof.enable()
         elif name == end:
             prof.disable()
+
+
+def count_iterations(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """Count the loop's iterations in ``ITERS`` (each ``BaseEventLoop._run_once`` call runs the
+    callbacks that were ready when it began: a callback scheduled in one runs in the next, so
+    a step that wakes another task costs one). Load-proof: the same path crosses the same
+    iterations however busy the machine. Returns the undo."""
+    original = loop._run_once  # type: ignore[attr-defined]
+
+    def run_once() -> None:
+        ITERS[0] += 1
+        original()
+
+    loop._run_once = run_once  # type: ignore[attr-defined]
+    return lambda: delattr(loop, "_run_once")
+
+
+def end_seen() -> None:
+    """The client read the stream's terminal event."""
+    TO_END.append(ITERS[0] - LAST_CHUNK[0])
+
+
+def _mark_chunks() -> None:
+    """The scripted model's chunks note their loop iteration (``LAST_CHUNK``); its call is
+    the mark ``model_call`` (with a served model: the engine's request sent)."""
+    from app.models.scripted import ScriptedModelLLM
+
+    original: Any = ScriptedModelLLM._astream
+
+    async def astream(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not any(m[0] == "model_call" for m in MARKS):  # the model is called (the engine's
+            mark("model_call")  # request sent): iterations to here and from here on count
+        if FIRST_WAIT_S[0]:  # as an engine's first token, after a wait (``--first-wait-ms``)
+            await asyncio.sleep(FIRST_WAIT_S[0])
+        async for chunk in original(self, *args, **kwargs):
+            if not any(m[0] == "model_chunk" for m in MARKS):
+                mark("model_chunk")  # its first token: the hops from here to the client count
+            LAST_CHUNK[0] = ITERS[0]
+            yield chunk
+
+    ScriptedModelLLM._astream = astream  # type: ignore[method-assign]
 
 
 def _count(_frame: Any, event: str, _arg: Any) -> None:
@@ -81,6 +134,8 @@ def instrument() -> None:
     from app.runtime import execution, runs
     from app.runtime.events import RunChannel
     from app.services import responses, responses_plan, turns
+
+    _mark_chunks()
 
     _wrap_async(responses_plan, "chain_end", "chain_end<", "chain_end>")
     _wrap_async(responses, "submit_turn", "submit<", "submit>")
@@ -145,6 +200,8 @@ def responses_turn() -> Turn:
                 if not seen and '"response.output_text.delta"' in line:
                     seen = True
                     first()
+                if line == "event: response.completed":
+                    end_seen()
                 if '"response.created"' in line and line[:6] == "data: ":
                     previous[0] = json.loads(line[6:])["response"]["id"]
 
@@ -161,6 +218,8 @@ def session_turn(session: str) -> Turn:
                 if not seen and "message.delta" in line:
                     seen = True
                     first()
+                if line == "event: run.completed":
+                    end_seen()
 
     return turn
 
@@ -172,9 +231,13 @@ def chat_turn() -> Turn:
         seen = False
         async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
             async for line in resp.aiter_lines():
-                if not seen and '"content":"' in line.replace(" ", ""):
+                # A text delta (not the role's first chunk, whose content is empty).
+                bare = line.replace(" ", "")
+                if not seen and '"content":"' in bare and '"content":""' not in bare:
                     seen = True
                     first()
+                if line == "data: [DONE]":
+                    end_seen()
 
     return turn
 
@@ -195,7 +258,9 @@ async def run_target(client: Any, target: str, turns: int, mode: str) -> dict[st
     if prof is not None and SEGMENT:
         SEGMENT[0] = prof
         prof = None  # enabled and disabled by ``mark``
-    steps: dict[str, list[tuple[float, float, int]]] = {}
+    steps: dict[str, list[tuple[float, float, int, int]]] = {}
+    undo = count_iterations(asyncio.get_running_loop())
+    TO_END.clear()
     for k in range(turns):
         MARKS.clear()
 
@@ -218,22 +283,30 @@ async def run_target(client: Any, target: str, turns: int, mode: str) -> dict[st
             continue
         end = names.index("client_delta")
         window = MARKS[: end + 1]
-        for (_, w0, c0, n0), (name, w1, c1, n1) in itertools.pairwise(window):
-            steps.setdefault(name, []).append((w1 - w0, c1 - c0, n1 - n0))
-        first_mark, last = window[0], window[-1]
-        total = (last[1] - first_mark[1], last[2] - first_mark[2], last[3] - first_mark[3])
+        for (_, w0, c0, n0, i0), (name, w1, c1, n1, i1) in itertools.pairwise(window):
+            steps.setdefault(name, []).append((w1 - w0, c1 - c0, n1 - n0, i1 - i0))
+        a, b = window[0], window[-1]
+        total = (b[1] - a[1], b[2] - a[2], b[3] - a[3], b[4] - a[4])
         steps.setdefault("TOTAL", []).append(total)
+    undo()
     if mode == "counted":
-        return {name: round(statistics.median(n for _, _, n in v)) for name, v in steps.items()}
+        return {name: round(statistics.median(s[2] for s in v)) for name, v in steps.items()}
     out: dict[str, Any] = {
         name: {
-            "wall_us": round(1e6 * statistics.median(w for w, _, _ in v)),
-            "cpu_us": round(1e6 * statistics.median(c for _, c, _ in v)),
-            "wall_max_us": round(1e6 * max(w for w, _, _ in v)),
+            "wall_us": round(1e6 * statistics.median(s[0] for s in v)),
+            "cpu_us": round(1e6 * statistics.median(s[1] for s in v)),
+            "wall_max_us": round(1e6 * max(s[0] for s in v)),
+            # Loop iterations in the step (a wake-up of another task costs one): the median,
+            # and min-max (a timer or another task's callback may add one now and then).
+            "iters": statistics.median(s[3] for s in v),
+            "iters_range": f"{min(s[3] for s in v)}-{max(s[3] for s in v)}",
             "n": len(v),
         }
         for name, v in steps.items()
     }
+    if TO_END:  # the client's last text delta -> the stream's terminal event
+        out["last_chunk_to_end_iters"] = statistics.median(TO_END)
+        out["last_chunk_to_end_range"] = f"{min(TO_END)}-{max(TO_END)}"
     if mode == "profiled":
         stats = pstats.Stats(SEGMENT[0] if SEGMENT else prof)
         out["calls_per_turn"] = round(stats.total_calls / turns)  # type: ignore[attr-defined]
@@ -249,7 +322,8 @@ async def main_async(db: str, targets: list[str], turns: int, top: int, gap_s: f
         async with app_client(db, gap_s) as client:
             counted = await run_target(client, target, turns, "counted")
         for name, calls in counted.items():
-            timed[name]["calls"] = calls
+            if name in timed:
+                timed[name]["calls"] = calls
         print(json.dumps({"db": db, "target": target, "steps": timed}), flush=True)
         if top:
             async with app_client(db, gap_s) as client:
@@ -271,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--segment", nargs=2, help="profile only from one mark to another")
     parser.add_argument("--gap-ms", type=float, default=1.0, help="the model's time per token")
+    what = "the model's wait before its first token (0: it comes at once, in its call's step)"
+    parser.add_argument("--first-wait-ms", type=float, default=0.0, help=what)
     args = parser.parse_args(argv)
+    FIRST_WAIT_S[0] = args.first_wait_ms / 1000
     if args.segment:
         SEGMENT[:] = [None, *args.segment]
     asyncio.run(main_async(args.db, args.targets, args.turns, args.top, args.gap_ms / 1000))

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from agents.llms.base import CallMeter
 from agents.schema import AgentMessage
 from app.db.models import SEQ_BLOCK, Run
+from app.runtime import eager
 from app.runtime.admission import Admissions, Submission
 from app.runtime.approvals import Resumption
 from app.runtime.cancels import Cancels
@@ -209,10 +210,16 @@ class RunManager:
             job.task = asyncio.current_task()
             job.inline = True
             return
-        job.task = asyncio.create_task(execute(self.deps, job), name=f"run-{job.run_id}")
+        # Its first step runs now, in this iteration of the loop, until it first awaits (the
+        # model call sent): started by a streamed request, the turn no longer waits a whole
+        # iteration of the loop, with every other stream's callbacks, before it begins; its
+        # followers replay its events from the first (issue 25, app/runtime/eager.py).
+        started = eager.create(execute(self.deps, job), name=f"run-{job.run_id}")
+        job.task = started.task
         if job.lease.conn is not None or job.lease.slot:
             # A task cancelled before its first step never ran execute(), which takes it.
             job.task.add_done_callback(lambda _task: self._release_unclaimed(job))
+        started.start()
 
     async def run_here(self, run_id: str) -> None:
         """Run a job submitted with ``inline=True`` in the calling task, to its end: no task
