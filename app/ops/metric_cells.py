@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -56,7 +57,7 @@ def bounds(buckets: Sequence[float]) -> tuple[float, ...]:
     return tuple(out)
 
 
-class Family:
+class Family(ABC):
     """One metric's series by label values: two cell sets each (see the module's docstring)."""
 
     kind = ""
@@ -113,8 +114,9 @@ class Family:
                 metric.add_sample(self.name + "_created", dict(series), at)
         return [metric]
 
+    @abstractmethod
     def samples(self, metric: Metric, labels: dict[str, str], cells: Cells) -> None:
-        raise NotImplementedError
+        """Add one series' samples to ``metric`` (each kind its own)."""
 
 
 class CounterFamily(Family):
