@@ -6,7 +6,11 @@ hand-off, cost ~3 ms of CPU per turn (10.4 → 7.7 ms for a streamed 64-chunk tu
 concurrency 32, docs/operations.md). Local SQLite statements in WAL mode with
 ``synchronous=NORMAL`` take microseconds and never wait for a disk flush at commit, and this
 process's write transactions already take turns (``app.runtime.store.writes.WriteGate``), so a
-statement never waits for another of ours. What may block the loop: another *process*
+statement never waits for another of ours. Requests' own ORM transactions are not gated: they
+must not await anything but their statements between their first write and their commit (a
+kernel stop, a run's cancel go before the first write or after the commit, as
+``DELETE /v1/sessions/{id}`` does), else another write of ours busy-waits on the loop's thread
+and neither can go on until ``busy_timeout``. What may block the loop: another *process*
 holding SQLite's write lock (up to ``busy_timeout``) and large statements (a long history
 replaced at once), which is why PostgreSQL is the production database.
 

@@ -156,7 +156,14 @@ def test_sessions_are_named_renamed_and_deleted(page: Any, server: str) -> None:
         item.locator(".session-keep").click()  # not yet
         expect(item.locator(".session-open")).to_contain_text("My primes")
         item.locator(".session-delete").click()
-        item.locator(".session-confirm").click()
+        # The page's DELETE answered in time (it once hung for SQLite's busy_timeout, 30 s:
+        # tests/app/test_session_delete.py) and said 204: a failure names which went wrong.
+        with page.expect_response(
+            lambda r: r.request.method == "DELETE" and r.url.endswith(f"/v1/sessions/{sid}")
+        ) as deleted:
+            item.locator(".session-confirm").click()
+        answer = deleted.value
+        assert answer.status == 204, (answer.status, answer.text())
         expect(page.locator("#session-list li.session")).to_have_count(0)
         expect(page.locator("#transcript .msg-item")).to_have_count(0)
         expect(page.locator("#composer-input")).to_be_disabled()
