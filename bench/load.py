@@ -194,13 +194,14 @@ def alternate(
     rounds: int,
     warmup_s: float = 1.0,
 ) -> dict[str, list[LoadResult]]:
-    """Warm each target up, then run them in turn, ``rounds`` times: A B C A B C …"""
+    """Warm each target up, then run them in turn, ``rounds`` times: A B C C B A A B C …
+    (odd rounds reversed: a target's place in the round moves its figure on this machine)."""
     for spec in specs if warmup_s > 0 else []:
         run_load(generator, spec, connections, warmup_s)
         wait_idle(spec.server)
     runs: dict[str, list[LoadResult]] = {s.name: [] for s in specs}
-    for _ in range(rounds):
-        for spec in specs:
+    for r in range(rounds):
+        for spec in specs if r % 2 == 0 else specs[::-1]:
             done = runs[spec.name]
             if done and stalled(done[-1]):  # stalled once: more rounds only cost time
                 continue
