@@ -9,14 +9,16 @@ listeners plus SQLAlchemy's, from the engine's ``before_cursor_execute``). Targe
 
 - ``create``: ``POST /v1/sessions``;
 - ``conversation``: a creation and the new session's first streamed turn;
-- ``turn``: a later streamed turn of a session (round robin over 32).
+- ``turn``: a later streamed turn of a session (round robin over 32);
+- ``new_conversation``: ``POST /v1/conversations`` with one item (the Conversations API: a
+  session of the first model's agent, the item its first memory entry).
 
 ``--bytecodes``: also the bytecodes the interpreter ran per request (``sys.settrace`` opcode
 events, every thread: the event loop's own Python included, which a served gateway runs in
 uvloop's C). ``--top K`` also prints the K functions with the most calls per request of each
 target.
 ``python -m bench.session_calls [--db postgres] [--n 300] [--bytecodes] [--baseline DIR]
-[--top 25]``.
+[--top 25] [--targets create new_conversation]``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 KEY = "bench-key"
-TARGETS = ("create", "conversation", "turn")
+TARGETS = ("create", "conversation", "turn", "new_conversation")
 
 
 async def call(app: Any, path: str, data: bytes) -> tuple[int, bytes]:
@@ -103,6 +105,7 @@ async def measure(
     top: int,
     dump: Path | None = None,
     opcodes: bool = False,
+    targets: tuple[str, ...] = TARGETS,
 ) -> dict[str, Any]:
     import sqlalchemy as sa
     from asgi_lifespan import LifespanManager
@@ -140,6 +143,8 @@ async def measure(
             assert got[0] == 201, got
             create = json.dumps({"agent": "a"}).encode()
             turn = json.dumps({"message": "hello world", "stream": True}).encode()
+            item = {"type": "message", "role": "user", "content": "hello world"}
+            conversation = json.dumps({"items": [item], "metadata": {"k": "v"}}).encode()
 
             async def new() -> str:
                 status, body = await call(app, "/v1/sessions", create)
@@ -159,12 +164,15 @@ async def measure(
                     await new()
                 elif target == "conversation":
                     await turn_of(await new())
+                elif target == "new_conversation":
+                    status, body = await call(app, "/v1/conversations", conversation)
+                    assert status == 200 and b'"conversation"' in body, body
                 else:
                     await turn_of(sessions[k[0] % len(sessions)])
                     k[0] += 1
 
             out: dict[str, Any] = {}
-            for target in TARGETS:
+            for target in targets:
                 for _ in range(20):  # warm
                     await one(target)
                 await asyncio.sleep(0.2)  # background starts (kernels) settle
@@ -205,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", default="postgres", choices=("postgres", "sqlite"))
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--targets", nargs="+", choices=TARGETS, default=list(TARGETS))
     parser.add_argument("--baseline", type=Path, help="another checkout, measured after this one")
     parser.add_argument(
         "--bytecodes", action="store_true", help="also the bytecodes run per request (slow)"
@@ -218,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.common import reset_postgres_db
 
         url = reset_postgres_db("agentstation_bench_calls_new")
-    got = asyncio.run(measure(args.db, url, args.n, args.top, args.pstats, args.bytecodes))
+    targets = tuple(args.targets)
+    got = asyncio.run(measure(args.db, url, args.n, args.top, args.pstats, args.bytecodes, targets))
     if args.json:
         print(json.dumps(got))
         return 0
@@ -235,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         code += "runpy.run_path(sys.argv[0], run_name='__main__')"
         cmd = [sys.executable, "-c", code, str(Path(__file__).resolve()), "--json"]
         cmd += ["--db", args.db, "--n", str(args.n), "--top", str(args.top)]
+        cmd += ["--targets", *targets]
         cmd += ["--bytecodes"] if args.bytecodes else []
         if base_url is not None:
             cmd += ["--url", base_url]
