@@ -1,5 +1,6 @@
 """The gateway in this process, for the in-process benches (``bench.responses_chain_cpu``,
-``bench.delivery_calls``, ``bench.first_token``): a fresh database (SQLite in a temporary file,
+``bench.delivery_calls``, ``bench.first_token``; ``asgi_post``, the request of
+``bench.session_calls`` and ``bench.stateless_cpu``): a fresh database (SQLite in a temporary file,
 or a fresh PostgreSQL database at 127.0.0.1:5432), the scripted model answering ``REPLY``, the
 app's lifespan, and an httpx client on it (``bench.asgi_stream``'s streaming transport, or
 httpx's ``ASGITransport``, which hands the client the body once the response is complete).
@@ -98,6 +99,39 @@ async def app_client(
                 transport=transport, base_url="http://t", headers=headers
             ) as client:
                 yield client
+
+
+async def asgi_post(app: Any, path: str, data: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """One POST of ``data`` straight through the ASGI ``app``, as a kept-alive client sends it
+    (no sockets, no client library: its calls would dwarf the server's), with ``headers``
+    between ``host`` and ``content-length``; the body (a non-2xx answer raises). The call
+    counting benches' request (``bench.session_calls``, ``bench.stateless_cpu``)."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+        "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"127.0.0.1:8000"), *headers,
+                    (b"content-length", str(len(data)).encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {},
+    }  # fmt: skip
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:  # as a live connection: nothing more until the response is sent
+            await asyncio.sleep(3600)
+        sent = True
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    out: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        out.append(message)
+
+    await app(scope, receive, send)
+    if out[0]["status"] >= 300:
+        raise RuntimeError(f"{path}: {out}")
+    return b"".join(m.get("body", b"") for m in out[1:])
 
 
 # Run from the tree's root (not as a script: bench/profile.py would shadow the standard

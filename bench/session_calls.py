@@ -9,14 +9,16 @@ listeners plus SQLAlchemy's, from the engine's ``before_cursor_execute``). Targe
 
 - ``create``: ``POST /v1/sessions``;
 - ``conversation``: a creation and the new session's first streamed turn;
-- ``turn``: a later streamed turn of a session (round robin over 32).
+- ``turn``: a later streamed turn of a session (round robin over 32);
+- ``new_conversation``: ``POST /v1/conversations`` with one item (the Conversations API: a
+  session of the first model's agent, the item its first memory entry).
 
 ``--bytecodes``: also the bytecodes the interpreter ran per request (``sys.settrace`` opcode
 events, every thread: the event loop's own Python included, which a served gateway runs in
 uvloop's C). ``--top K`` also prints the K functions with the most calls per request of each
 target.
 ``python -m bench.session_calls [--db postgres] [--n 300] [--bytecodes] [--baseline DIR]
-[--top 25]``.
+[--top 25] [--targets create new_conversation]``.
 """
 
 from __future__ import annotations
@@ -28,48 +30,23 @@ import json
 import logging
 import os
 import pstats
-import subprocess
 import sys
 import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench.inproc import asgi_post, last_json
+
 KEY = "bench-key"
-TARGETS = ("create", "conversation", "turn")
+TARGETS = ("create", "conversation", "turn", "new_conversation")
 
 
-async def call(app: Any, path: str, data: bytes) -> tuple[int, bytes]:
-    """One POST through the ASGI app, as a kept-alive client sends it (no client library: its
-    calls would dwarf the server's); status and body."""
-    headers = [
-        (b"host", b"127.0.0.1:8000"),
-        (b"content-type", b"application/json"),
-        (b"authorization", b"Bearer " + KEY.encode()),
-        (b"content-length", str(len(data)).encode()),
-    ]
-    scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
-        "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers,
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {},
-    }  # fmt: skip
-    sent = False
+HEADERS = [(b"content-type", b"application/json"), (b"authorization", b"Bearer " + KEY.encode())]
 
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:  # as a live connection: nothing more until the response is sent
-            await asyncio.sleep(3600)
-        sent = True
-        return {"type": "http.request", "body": data, "more_body": False}
 
-    out: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        out.append(message)
-
-    await app(scope, receive, send)
-    return out[0]["status"], b"".join(m.get("body", b"") for m in out[1:])
+# One POST through the ASGI app, its body (a partial: no call of its own in the counts).
+call = partial(asgi_post, headers=HEADERS)
 
 
 async def _bytecodes(step: Any, n: int) -> int:
@@ -103,6 +80,7 @@ async def measure(
     top: int,
     dump: Path | None = None,
     opcodes: bool = False,
+    targets: tuple[str, ...] = TARGETS,
 ) -> dict[str, Any]:
     import sqlalchemy as sa
     from asgi_lifespan import LifespanManager
@@ -132,24 +110,21 @@ async def measure(
                 "before_cursor_execute",
                 lambda *_a: statements.__setitem__(0, statements[0] + 1),
             )
-            got = await call(
-                app,
-                "/v1/agents",
-                json.dumps({"name": "a", "spec": {"kind": "agent", "model": "scripted"}}).encode(),
-            )
-            assert got[0] == 201, got
+            agent = {"name": "a", "spec": {"kind": "agent", "model": "scripted"}}
+            await call(app, "/v1/agents", json.dumps(agent).encode())
             create = json.dumps({"agent": "a"}).encode()
             turn = json.dumps({"message": "hello world", "stream": True}).encode()
+            item = {"type": "message", "role": "user", "content": "hello world"}
+            conversation = json.dumps({"items": [item], "metadata": {"k": "v"}}).encode()
 
             async def new() -> str:
-                status, body = await call(app, "/v1/sessions", create)
-                assert status == 201, body
+                body = await call(app, "/v1/sessions", create)
                 sid: str = json.loads(body)["id"]
                 return sid
 
             async def turn_of(sid: str) -> None:
-                status, body = await call(app, f"/v1/sessions/{sid}/messages", turn)
-                assert status == 200 and b"run.completed" in body, body[-300:]
+                body = await call(app, f"/v1/sessions/{sid}/messages", turn)
+                assert b"run.completed" in body, body[-300:]
 
             sessions = [await new() for _ in range(32)]
             k = [0]
@@ -159,12 +134,15 @@ async def measure(
                     await new()
                 elif target == "conversation":
                     await turn_of(await new())
+                elif target == "new_conversation":
+                    body = await call(app, "/v1/conversations", conversation)
+                    assert b'"conversation"' in body, body
                 else:
                     await turn_of(sessions[k[0] % len(sessions)])
                     k[0] += 1
 
             out: dict[str, Any] = {}
-            for target in TARGETS:
+            for target in targets:
                 for _ in range(20):  # warm
                     await one(target)
                 await asyncio.sleep(0.2)  # background starts (kernels) settle
@@ -205,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", default="postgres", choices=("postgres", "sqlite"))
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--targets", nargs="+", choices=TARGETS, default=list(TARGETS))
     parser.add_argument("--baseline", type=Path, help="another checkout, measured after this one")
     parser.add_argument(
         "--bytecodes", action="store_true", help="also the bytecodes run per request (slow)"
@@ -218,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.common import reset_postgres_db
 
         url = reset_postgres_db("agentstation_bench_calls_new")
-    got = asyncio.run(measure(args.db, url, args.n, args.top, args.pstats, args.bytecodes))
+    targets = tuple(args.targets)
+    got = asyncio.run(measure(args.db, url, args.n, args.top, args.pstats, args.bytecodes, targets))
     if args.json:
         print(json.dumps(got))
         return 0
@@ -230,16 +210,13 @@ def main(argv: list[str] | None = None) -> int:
             from bench.common import reset_postgres_db
 
             base_url = reset_postgres_db("agentstation_bench_calls_base", base)
-        env = {**os.environ, "PYTHONPATH": str(base)}
-        code = "import runpy, sys; sys.argv = sys.argv[1:]; "
-        code += "runpy.run_path(sys.argv[0], run_name='__main__')"
-        cmd = [sys.executable, "-c", code, str(Path(__file__).resolve()), "--json"]
-        cmd += ["--db", args.db, "--n", str(args.n), "--top", str(args.top)]
-        cmd += ["--bytecodes"] if args.bytecodes else []
+        # This bench file on the baseline's code, with this tree's ``bench.inproc``.
+        args_base = ["--json", "--db", args.db, "--n", str(args.n), "--top", str(args.top)]
+        args_base += ["--targets", *targets]
+        args_base += ["--bytecodes"] if args.bytecodes else []
         if base_url is not None:
-            cmd += ["--url", base_url]
-        done = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True, check=True)
-        print(json.dumps({"tree": "old", **json.loads(done.stdout.strip().splitlines()[-1])}))
+            args_base += ["--url", base_url]
+        print(json.dumps({"tree": "old", **last_json(base, __file__, args_base)}))
     return 0
 
 

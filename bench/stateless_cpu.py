@@ -34,9 +34,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from typing import Any
 
 from bench.common import HOST, free_port, http_get_status
+from bench.inproc import asgi_post
 
 TARGETS = ("echo", "chat", "agent", "fwd", "proxy")
 AGENT = "bench-agent"
@@ -50,38 +52,9 @@ def body(target: str) -> bytes:
     return json.dumps({"model": MODELS[target], "messages": messages}).encode()
 
 
-async def call(app: Any, path: str, data: bytes) -> bytes:
-    """One POST through the ASGI app; its body (a non-2xx answer raises)."""
-    headers = [
-        (b"host", b"127.0.0.1:8000"),
-        (b"user-agent", b"wrk"),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(data)).encode()),
-    ]
-    scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
-        "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers,
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {},
-    }  # fmt: skip
-    sent = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:  # as a live connection: nothing more until the response is sent
-            await asyncio.sleep(3600)
-        sent = True
-        return {"type": "http.request", "body": data, "more_body": False}
-
-    out: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        out.append(message)
-
-    await app(scope, receive, send)
-    if out[0]["status"] >= 300:
-        raise RuntimeError(f"{path}: {out}")
-    return b"".join(m.get("body", b"") for m in out[1:])
+# One POST through the ASGI app with the request wrk sends (``bench.inproc.asgi_post``); its
+# body, a non-2xx answer raising (a partial: no call of its own in ``--calls``' counts).
+call = partial(asgi_post, headers=[(b"user-agent", b"wrk"), (b"content-type", b"application/json")])
 
 
 @contextlib.contextmanager

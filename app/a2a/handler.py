@@ -70,14 +70,17 @@ class RunsRequestHandler(RequestHandler):
     """A2A context = session (id = context id); A2A task = run; run events = task updates."""
 
     async def _session(self, call: A2ACall, context_id: str) -> str:
-        """The session ``context_id`` of this agent (created on first use)."""
-        async with call.state.sessionmaker() as db, db.begin():
+        """The session ``context_id`` of this agent (created on first use, as every session
+        is: ``sessions.create_session``)."""
+        async with call.state.sessionmaker() as db:
             try:
                 _, agent = await get_session(db, call.tenant_id, context_id)
             except NotFound:
-                body = SessionCreate(agent=call.agent, id=context_id)
-                _, agent = await create_session(db, call.tenant_id, body)
-        if agent.name != call.agent:
+                agent = None
+        if agent is None:
+            body = SessionCreate(agent=call.agent, id=context_id)
+            await create_session(call.state, call.tenant_id, body)
+        elif agent.name != call.agent:
             raise InvalidParamsError(message=f"context {context_id!r} belongs to another agent")
         return context_id
 

@@ -33,8 +33,8 @@ async def create_conversation(
 ) -> Response:
     """A new conversation, with its first items."""
     items = body.item_dicts()
-    row = await service.create_conversation(state, who, items, body.metadata, x_route_key)
-    return _json(service.conversation_public(row), row.id)
+    conversation = await service.create_conversation(state, who, items, body.metadata, x_route_key)
+    return _json(conversation, conversation["id"])
 
 
 @router.get("/{conversation_id}", response_model=None)

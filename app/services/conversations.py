@@ -69,20 +69,30 @@ async def create_conversation(
     items: list[dict[str, Any]] | None,
     metadata: dict[str, str] | None,
     header: str | None,
-) -> SessionRow:
-    """A new conversation (its first items stored as its memory)."""
+) -> dict[str, Any]:
+    """A new conversation (its first items stored as its memory); the Conversation object.
+
+    Its session is made as every session is (``sessions.create_session``: kernels started
+    ahead, the first turn's lookup kept), its first items inserted in the same statement, so
+    a failure leaves neither."""
     inp = parse_input(items or [], "items")  # 400 naming the item before anything is stored
     models = who.visible(state.models.names())
     if not models:
         raise BadRequest("no model of this server may hold a conversation for this key")
     agent = await agent_for(state, who, models[0])
     conversation_id = ids.mint(ids.CONVERSATION, ids.route_key(header))
-    async with state.sessionmaker() as db, db.begin():
-        body = SessionCreate(agent=agent.name, id=conversation_id, metadata=metadata or {})
-        row, _ = await create_session(db, who.tenant_id, body)
-        if inp.messages:
-            await _append(db, row, inp, agent.spec.kind == "model", 0)
-    return row
+    memory: list[dict[str, Any]] = []
+    if inp.messages:
+        entry = _entry(inp, agent.spec.kind == "model")
+        memory.append({"key": MEMORY, "index": 0, "data": entry})
+    body = SessionCreate(agent=agent.name, id=conversation_id, metadata=metadata or {})
+    new, _ = await create_session(state, who.tenant_id, body, memory)
+    return {
+        "id": new.id,
+        "object": "conversation",
+        "created_at": int(new.at.timestamp()),
+        "metadata": new.metadata,
+    }
 
 
 async def add_items(

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.event import listen
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.memory import load_message
 from app.db.base import new_id, transient, utcnow
 from app.db.models import Agent, Message, Run
 from app.db.models import Session as SessionRow
-from app.errors import BadRequest, Conflict, NotFound, ValidationFailed
+from app.errors import BadRequest, NotFound, ValidationFailed
 from app.runtime.kernels import prestart_kernels
 from app.runtime.memory_cache import Lists
 from app.runtime.messages import dump_message
@@ -58,44 +57,27 @@ async def get_session(
 
 
 async def create_session(
-    db: AsyncSession, tenant_id: str, body: SessionCreate
-) -> tuple[SessionRow, Agent]:
-    """A new session on the agent's current version."""
-    try:
-        agent = await get_agent(db, tenant_id, body.agent)
-    except NotFound as exc:
-        raise ValidationFailed(exc.message, param="agent", code="unknown_agent") from exc
-    now = utcnow()
-    row = SessionRow(
-        pk=new_id("sesspk"),
-        tenant_id=tenant_id,
-        id=body.id or new_id("sess"),
-        agent_id=agent.id,
-        agent_version=agent.version,
-        metadata_=body.metadata,
-        created_at=now,
-        updated_at=now,
-    )
-    try:
-        async with db.begin_nested():
-            db.add(row)
-            await db.flush()
-    except IntegrityError as exc:
-        raise Conflict(
-            f"session {row.id!r} already exists", param="id", code="session_exists"
-        ) from exc
-    return row, agent
-
-
-async def new_session(state: AppState, tenant_id: str, body: SessionCreate) -> dict[str, Any]:
-    """``POST /v1/sessions``: a new session on the agent's current version, in one statement
-    through the run store (the ORM's version, ``create_session``, took four round trips and
-    ~3 ms of Python); its API shape (``SessionPublic``, usage 0). Its first turn needs no
-    lookup: kept as ``_look_up`` keeps a session, for a tenant known to have no budget and an
-    agent without a session budget (else turns read them)."""
+    state: AppState,
+    tenant_id: str,
+    body: SessionCreate,
+    memory: Sequence[dict[str, Any]] = (),
+) -> tuple[NewSession, int]:
+    """The one way a session is made (``POST /v1/sessions``, a conversation, a Responses
+    chain, an A2A context, a turn's first message): on the agent's current version, in one
+    statement through the run store (with ``memory``, its first message rows, all or nothing;
+    the ORM's version took four round trips and ~3 ms of Python); the session and its agent
+    version. Its kernels start in the background, and its first turn needs no lookup: kept as
+    ``_look_up`` keeps a session, for a tenant known to have no budget and an agent without a
+    session budget (else turns read them). 422 ``unknown_agent``, 409 ``session_exists``."""
     now = utcnow()
     new = NewSession(
-        new_id("sesspk"), tenant_id, body.id or new_id("sess"), body.agent, body.metadata, now
+        new_id("sesspk"),
+        tenant_id,
+        body.id or new_id("sess"),
+        body.agent,
+        body.metadata,
+        now,
+        memory,
     )
     agent_id, version, spec = await state.run_manager.store.create_session(new)
     prestart_kernels(state.kernel_pool, f"{tenant_id}:{new.id}", spec)  # in the background
@@ -113,10 +95,17 @@ async def new_session(state: AppState, tenant_id: str, body: SessionCreate) -> d
             metadata_=new.metadata,
             created_at=now,
             updated_at=now,
-            memory_rev=0,
+            memory_rev=1 if memory else 0,
         )
         state.turn_sessions.put((tenant_id, new.id), Found(row, body.agent, spec, None, 0))
-    at = iso(now)
+    return new, version
+
+
+async def new_session(state: AppState, tenant_id: str, body: SessionCreate) -> dict[str, Any]:
+    """``POST /v1/sessions``: a new session (``create_session``); its API shape
+    (``SessionPublic``, usage 0)."""
+    new, version = await create_session(state, tenant_id, body)
+    at = iso(new.at)
     return {
         "id": new.id,
         "agent": body.agent,

@@ -1,6 +1,8 @@
 """Kernels started with the session: creating a session of an agent with a sandboxed Python
 tool starts its kernel in the background (a free slot only, never evicting one), so that the
-first cell finds it up; ``AGENTSTATION_SANDBOX_PRESTART=0`` turns it off."""
+first cell finds it up; ``AGENTSTATION_SANDBOX_PRESTART=0`` turns it off. Every way a session
+is made does it (one implementation: ``services/sessions.py: create_session``): POST
+/v1/sessions, a conversation, an A2A context."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from a2a.types import SendMessageRequest, TaskState
 from fastapi import FastAPI
 
 from app.db.models import SessionKernel
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import MODELS, sandboxed_client
+from tests.app.test_a2a import a2a_client, user_message
 
 pytestmark = pytest.mark.kernel
 
@@ -29,11 +33,8 @@ def _call(code: str) -> str:
 
 
 REPLIES = [_call("x = 21\nprint(x * 2)"), "Done."] * 4
-SPEC = {
-    "kind": "tool_agent",
-    "model": "coder",
-    "tools": [{"name": "IPythonInteractive", "config": {"agent": "analyst"}}],
-}
+PYTHON = {"name": "IPythonInteractive", "config": {"agent": "analyst"}}
+SPEC = {"kind": "tool_agent", "model": "coder", "tools": [PYTHON]}
 Served = tuple[FastAPI, httpx.AsyncClient]
 
 
@@ -45,7 +46,8 @@ def serve(
         monkeypatch.setenv("AGENTSTATION_SANDBOX_BASE_DIR", str(base_dir))
         for name, value in env.items():
             monkeypatch.setenv(f"AGENTSTATION_SANDBOX_{name}", value)
-        models = [*MODELS, {"name": "coder", "backend": "scripted", "replies": REPLIES}]
+        # "coder" first: a new conversation's agent is the first model's (``responses.coder``).
+        models = [{"name": "coder", "backend": "scripted", "replies": REPLIES}, *MODELS]
         return create_app(settings_factory(models=json.dumps(models), sandbox_enabled=True))
 
     return start
@@ -126,3 +128,39 @@ async def test_prestart_off_leaves_the_pool_empty(serve: Callable[..., FastAPI])
         await _settled(pool)
         assert pool.kernels == {}
         assert "42" in await _turn(c, sid)  # started by the first cell
+
+
+async def test_a_conversations_session_has_its_kernel_before_its_first_response(
+    serve: Callable[..., FastAPI],
+) -> None:
+    async for app, c in _served(serve()):
+        # A new conversation's agent: the stored agent named as the first model, with Python.
+        created = await c.post("/v1/agents", json={"name": "coder", "spec": SPEC})
+        assert created.is_success, created.text
+        pool = app.state.agentstation.kernel_pool
+        items = [{"type": "message", "role": "user", "content": "Hi."}]
+        resp = await c.post("/v1/conversations", json={"items": items})
+        assert resp.status_code == 200, resp.text
+        conversation = resp.json()["id"]
+        assert await _kernel_up(pool, (f"a:{conversation}", "analyst")) is not None, pool.kernels
+        listed = (await c.get(f"/v1/conversations/{conversation}/items")).json()["data"]
+        assert [i["content"][0]["text"] for i in listed] == ["Hi."]
+
+
+async def test_an_a2a_contexts_session_has_its_kernel_though_no_cell_ran(
+    serve: Callable[..., FastAPI],
+) -> None:
+    # The agent answers without running code: its session's kernel is up only if it was
+    # started with the session (the first cell would start it otherwise).
+    async for app, c in _served(serve()):
+        spec = {"kind": "tool_agent", "model": "poet", "tools": [PYTHON]}
+        assert (await c.post("/v1/agents", json={"name": "talker", "spec": spec})).is_success
+        _, client = await a2a_client(c, "http://t", "talker", streaming=False)
+        request = SendMessageRequest(message=user_message("Hi"))
+        task = [r async for r in client.send_message(request)][-1].task
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        pool = app.state.agentstation.kernel_pool
+        kernel = await _kernel_up(pool, (f"a:{task.context_id}", "analyst"))
+        assert kernel is not None, pool.kernels
+        async with app.state.agentstation.sessionmaker() as db:
+            assert list(await db.scalars(sa.select(SessionKernel.owner))) == []  # no cell ran

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -126,6 +126,9 @@ class NewSession:
     agent: str  # the agent's name
     metadata: dict[str, Any]
     at: datetime
+    # Its first memory, inserted with it (a conversation's first items): message rows
+    # ``{"key", "index", "data"}``; with any, the session starts at memory revision 1.
+    memory: Sequence[dict[str, Any]] = ()
 
     def unknown_agent(self) -> ValidationFailed:
         return ValidationFailed(
@@ -213,8 +216,9 @@ class RunStore(ABC):
     @abstractmethod
     async def create_session(self, new: NewSession) -> tuple[str, int, AgentSpec]:
         """Insert a session of the tenant's agent ``new.agent`` at its current version, in one
-        statement that also reads the agent (so the version is the one current at the insert);
-        its (agent id, version, parsed spec). 422 ``unknown_agent``, 409 ``session_exists``."""
+        statement that also reads the agent (so the version is the one current at the insert)
+        and inserts ``new.memory`` (all or nothing); its (agent id, version, parsed spec).
+        422 ``unknown_agent``, 409 ``session_exists``."""
 
     @abstractmethod
     async def store_end(self, lease: TurnLease | None, end: RunEnd) -> None:

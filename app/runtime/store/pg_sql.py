@@ -60,16 +60,28 @@ SESSION_TOKENS = (
 )
 # A new session at its agent's current version: the agent read and the row inserted in one
 # statement; no row: no such agent; ``inserted`` 0: the tenant has a session of that id.
-CREATE_SESSION = """\
+_CREATE_SESSION = """\
 WITH a AS (SELECT id, version, spec FROM agents WHERE tenant_id = $2 AND name = $4),
 ins AS (
     INSERT INTO sessions (pk, tenant_id, id, agent_id, agent_version, metadata, created_at,
         updated_at, memory_rev)
-    SELECT $1, $2, $3, a.id, a.version, $5::json, $6, $6, 0 FROM a
+    SELECT $1, $2, $3, a.id, a.version, $5::json, $6, $6, {rev} FROM a
     ON CONFLICT DO NOTHING
-    RETURNING 1
-)
+    RETURNING pk
+){memory}
 SELECT a.id, a.version, a.spec::text, (SELECT count(*) FROM ins) FROM a"""
+CREATE_SESSION = _CREATE_SESSION.format(rev=0, memory="")
+# The same with the session's first memory ($7: rows key, index, data), inserted only with the
+# session (a conflict inserts neither), at revision 1; one statement: all of it or nothing.
+CREATE_SESSION_MEMORY = _CREATE_SESSION.format(
+    rev=1,
+    memory=""",
+msg AS (
+    INSERT INTO messages (session_pk, key, index, data, run_id, created_at)
+    SELECT ins.pk, m.key, m.index, m.data, NULL, $6
+    FROM ins, json_to_recordset($7::json) AS m(key text, index integer, data json)
+)""",
+)
 LOCK = "SELECT pg_advisory_lock($1)"
 UNLOCK = "SELECT pg_advisory_unlock($1)"
 DELETE_KEYS = "DELETE FROM messages WHERE session_pk = $1 AND key = ANY($2::text[])"

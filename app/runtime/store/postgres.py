@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from app.db import raw
 from app.db.base import transient
@@ -97,9 +98,12 @@ class PgRunStore(RunStore):
 
     async def create_session(self, new: NewSession) -> tuple[str, int, AgentSpec]:
         metadata = json.dumps(new.metadata) if new.metadata else "{}"
-        args = (new.pk, new.tenant_id, new.id, new.agent, metadata, new.at)
+        args: tuple[Any, ...] = (new.pk, new.tenant_id, new.id, new.agent, metadata, new.at)
+        sql = pg_sql.CREATE_SESSION
+        if new.memory:
+            sql, args = pg_sql.CREATE_SESSION_MEMORY, (*args, pg_sql.dumps(list(new.memory)))
         async with raw.pooled(self.engine) as pg:
-            got = await raw.fetchrow(pg, pg_sql.CREATE_SESSION, *args)
+            got = await raw.fetchrow(pg, sql, *args)
         if got is None:
             raise new.unknown_agent()
         if not got[3]:

@@ -80,7 +80,7 @@ SESSION_TOKENS = (
 AGENT = "SELECT id, version, spec FROM agents WHERE tenant_id = ? AND name = ?"
 CREATE_SESSION = (
     "INSERT INTO sessions (pk, tenant_id, id, agent_id, agent_version, metadata, created_at, "
-    "updated_at, memory_rev) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)"
+    "updated_at, memory_rev) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 CHARGE = "UPDATE tenants SET tokens_used = tokens_used + ? WHERE id = ?"
 INSERT_EVENTS = (
@@ -212,9 +212,17 @@ class SqliteRunStore(RunStore):
                 raise new.unknown_agent()
             row = (new.pk, new.tenant_id, new.id, agent[0], agent[1], json.dumps(new.metadata))
             try:
-                tx.execute(CREATE_SESSION, (*row, at, at))
+                tx.execute(CREATE_SESSION, (*row, at, at, 1 if new.memory else 0))
             except sqlite3.IntegrityError:
                 raise new.exists() from None
+            if new.memory:  # its first memory, in the same transaction
+                tx.executemany(
+                    INSERT_MESSAGES,
+                    [
+                        (new.pk, m["key"], m["index"], _json(m["data"]), None, at)
+                        for m in new.memory
+                    ],
+                )
             return agent
 
         agent = await self._write(create)
