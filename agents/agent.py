@@ -15,7 +15,7 @@ import copy
 import inspect
 import sys
 import warnings
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from typing import Any
 
 from agents import tracing
@@ -291,9 +291,10 @@ class BaseAgent:
     async def _turn(
         self, message: tuple[MessageInput, ...], session_id: SessionId, kwargs: dict[str, Any]
     ) -> AsyncIterator[Any]:
-        """before_agent hooks, the inputs into memory, then ``forward``'s chunks (its last is
-        the reply, which ``_continue`` stores). One generator for the three: every chunk of a
-        turn passes through each generator layer on its way out."""
+        """before_agent hooks, the inputs into memory, then ``forward`` called: its chunks
+        (its last is the reply, which ``_continue`` stores), as an async iterator that
+        ``_continue`` reads directly (every chunk of a turn passes through each generator
+        layer on its way out: this is not one)."""
         hooked = await apply_hooks(
             self._hooks.values(), "before_agent", self, _to_messages(message), session_id
         )
@@ -308,33 +309,37 @@ class BaseAgent:
         if inspect.isawaitable(result):
             result = await result
         if hasattr(result, "__anext__"):
-            try:
-                async for item in result:
-                    yield item
-            finally:
-                await result.aclose()
-        elif inspect.isgenerator(result):
-            done = object()
-            while (item := await asyncio.to_thread(next, result, done)) is not done:
-                yield item
-        else:
-            yield result
+            return result  # type: ignore[no-any-return]
+        if inspect.isgenerator(result):
+            return _off_loop(result)
+        return _single(result)
 
     async def _continue(
-        self, chunks: AsyncIterator[Any], session_id: SessionId
+        self,
+        chunks: AsyncIterator[Any] | Awaitable[AsyncIterator[Any]],
+        session_id: SessionId,
     ) -> AsyncIterator[AgentMessage]:
-        """Pass ``chunks`` on; the last is the reply: stored in memory, then after_agent."""
+        """Pass ``chunks`` on; the last is the reply: stored in memory, then after_agent.
+        ``chunks`` may be ``_turn``'s coroutine: awaited first, its stream closed at the end."""
+        owned: AsyncIterator[Any] | None = None
+        if not hasattr(chunks, "__anext__"):
+            chunks = owned = await chunks
         held: AgentMessage | None = None  # an END chunk: the reply, unless more chunks follow
         last: Any = None
-        async for chunk in chunks:
-            if held is not None:
-                yield held
-                held = None
-            if isinstance(chunk, AgentMessage) and chunk.stream_state != _END:
-                yield chunk
-            else:
-                held = chunk if isinstance(chunk, AgentMessage) else None
-            last = chunk
+        try:
+            async for chunk in chunks:  # type: ignore[union-attr]
+                if held is not None:
+                    yield held
+                    held = None
+                if isinstance(chunk, AgentMessage) and chunk.stream_state != _END:
+                    yield chunk
+                else:
+                    held = chunk if isinstance(chunk, AgentMessage) else None
+                last = chunk
+        finally:
+            aclose = getattr(owned, "aclose", None)
+            if aclose is not None:
+                await aclose()
         reply = self._as_reply(last)
         self.update_memory(reply, session_id=session_id)
         reply = _detached(reply)
@@ -396,6 +401,18 @@ class Agent(BaseAgent):
         from agents.utils import iterate_sync
 
         return iterate_sync(self._stream(*message, session_id=session_id, **kwargs))
+
+
+async def _off_loop(chunks: Iterator[Any]) -> AsyncIterator[Any]:
+    """A sync forward's generator, each step in a worker thread."""
+    done = object()
+    while (item := await asyncio.to_thread(next, chunks, done)) is not done:
+        yield item
+
+
+async def _single(result: Any) -> AsyncIterator[Any]:
+    """A forward's one result as a stream."""
+    yield result
 
 
 def _to_messages(message: tuple[MessageInput, ...]) -> list[AgentMessage]:

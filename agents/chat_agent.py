@@ -81,7 +81,8 @@ class ChatAgent(AsyncAgent):
         text = ""
         calls: list[dict[str, Any]] = []
         async for delta in self.llm.astream(formatted, **kwargs):
-            calls += delta.extra.get("tool_calls") or []
+            if delta.extra:  # (most deltas carry none: no lookup per token)
+                calls += delta.extra.get("tool_calls") or []
             if delta.text:
                 text += delta.text
                 yield AgentMessage(

@@ -107,6 +107,10 @@ class AgentMessage(BaseModel):
     @classmethod
     def _agent_status(cls, value: Any) -> Any:
         # A plain int from JSON is an AgentStatusCode (the union would pick ModelStatusCode).
+        # A member as it is (``AgentStatusCode(member)`` is that member: an enum call per
+        # streamed chunk, issue 25).
+        if type(value) is AgentStatusCode:
+            return value
         if isinstance(value, int) and not isinstance(value, ModelStatusCode):
             try:
                 return AgentStatusCode(value)

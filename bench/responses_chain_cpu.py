@@ -24,7 +24,9 @@ unlike the wall time, it does not count the time the thread waited for a core).
 baseline, the same measurement runs in a subprocess on that checkout's code (``PYTHONPATH``,
 ``bench.inproc.run_in_tree``). ``--instructions``: instead, the machine instructions per stored
 turn (all turns, the client's included), each tree's run under callgrind (load-proof; ~50x
-slower: ``--chains 4 --turns 5`` takes about a minute a tree).
+slower: ``--chains 4 --turns 5`` takes about a minute a tree). ``--calls-only``: only the
+Python calls per turn, each tree in its own process. ``--target chat`` (with either): the same
+chains as streamed chat completions, the client resending the history (the chat path's side).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import pstats
 import statistics
@@ -45,12 +48,36 @@ from bench.inproc import Instructions, app_client, callgrind, last_json
 TOKEN_GAP_S = 0.001  # the streamed TTFT's model: 1 ms per token after the first
 
 
-async def measure(chains: int, turns: int, profile: bool, instructions: Any = None) -> list[float]:
+async def measure(
+    chains: int, turns: int, profile: bool, instructions: Any = None, target: str = "responses"
+) -> list[float]:
     """Per turn number: CPU seconds per turn (or Python calls per turn with ``profile``; with
-    ``instructions``, a ``bench.inproc.Instructions``: one number, instructions per turn)."""
+    ``instructions``, a ``bench.inproc.Instructions``: one number, instructions per turn).
+    ``target`` ``chat``: the same chains as streamed chat completions (the client resending
+    the history and reading every chunk), for the chat path's side of the same figures."""
     async with app_client("chains", streamed=False) as client:
+        history: dict[str | None, list[dict[str, str]]] = {}
+
+        async def chat_turn(text: str, previous: str | None) -> str:
+            key = previous or f"chain-{len(history)}"
+            messages = history.pop(key, [])
+            messages.append({"role": "user", "content": text})
+            body = {"model": "scripted", "messages": messages, "stream": True,
+                    "max_tokens": 64, "temperature": 0}  # fmt: skip
+            answer = ""
+            async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+                assert resp.status_code == 200, await resp.aread()
+                async for line in resp.aiter_lines():
+                    if line[:7] == "data: {":
+                        for choice in json.loads(line[6:]).get("choices") or []:
+                            answer += choice["delta"].get("content") or ""
+            messages.append({"role": "assistant", "content": answer})
+            history[key] = messages
+            return key
 
         async def turn(text: str, previous: str | None) -> str:
+            if target == "chat":
+                return await chat_turn(text, previous)
             body: dict[str, Any] = {"model": "scripted", "input": text, "stream": True,
                                     "max_output_tokens": 64, "temperature": 0}  # fmt: skip
             if previous:
@@ -69,12 +96,19 @@ async def measure(chains: int, turns: int, profile: bool, instructions: Any = No
         previous: list[str | None] = [None] * chains
         out = []
         if instructions is not None:  # all turns in one window (valgrind: ~50x slower)
+            # The objects alive before the window out of the collector's way: a full
+            # collection over the app's whole heap falls inside the window or not, by a few
+            # allocations more or less (±2.5 % between runs of one tree, and between trees).
+            gc.collect()
+            gc.freeze()
             instructions.start()
             for k in range(turns):
                 for i in range(chains):
                     text = f"Chain {i}, turn {k + 1}: tell me a story."
                     previous[i] = await turn(text, previous[i])
-            return [instructions.stop() / (chains * turns)]
+            got = instructions.stop()
+            gc.unfreeze()
+            return [got / (chains * turns)]
         for k in range(turns):
             prof = cProfile.Profile() if profile else None
             if prof is not None:
@@ -186,22 +220,40 @@ def run_here(chains: int, turns: int, rounds: int) -> dict[str, Any]:
     }
 
 
-def instructions_here(chains: int, turns: int, out: Path) -> dict[str, Any]:
-    """Under callgrind (``--instructions``' child): instructions per stored turn."""
-    got = asyncio.run(measure(chains, turns, False, Instructions(out)))
-    return {"instructions_per_turn": round(got[0])}
+def instructions_here(chains: int, turns: int, out: Path, target: str) -> dict[str, Any]:
+    """Under callgrind (``--instructions``' child): instructions per stored turn (per chat
+    turn with ``target`` chat)."""
+    got = asyncio.run(measure(chains, turns, False, Instructions(out), target))
+    return {"target": target, "instructions_per_turn": round(got[0])}
 
 
 def instructions(args: argparse.Namespace) -> None:
     """``--instructions``: this tree's, then the baseline's, each a bench file run under
     callgrind (the in-process client's instructions are counted too, the same on both)."""
-    flags = ["--chains", str(args.chains), "--turns", str(args.turns), "--instructions-child"]
+    flags = ["--chains", str(args.chains), "--turns", str(args.turns), "--target", args.target]
+    flags.append("--instructions-child")
     trees = [("new", Path(__file__).resolve().parent.parent)]
     if args.baseline is not None:
         trees.append(("old", args.baseline))
     for name, tree in trees:
         with tempfile.TemporaryDirectory() as out:
             got = last_json(tree, __file__, [*flags, out], wrapper=callgrind(Path(out)))
+        print(json.dumps({"tree": name, "chains": args.chains, "turns": args.turns, **got}))
+
+
+def calls_only(args: argparse.Namespace) -> None:
+    """``--calls-only``: Python calls per turn of ``--target``, this tree's then the
+    baseline's (each in its own process)."""
+    flags = ["--chains", str(args.chains), "--turns", str(args.turns), "--target", args.target]
+    if args.json:
+        calls = asyncio.run(measure(args.chains, args.turns, True, target=args.target))
+        print(json.dumps({"target": args.target, "calls": summary(calls, 1.0)}))
+        return
+    trees = [("new", Path(__file__).resolve().parent.parent)]
+    if args.baseline is not None:
+        trees.append(("old", args.baseline))
+    for name, tree in trees:
+        got = last_json(tree, __file__, [*flags, "--calls-only", "--json"])
         print(json.dumps({"tree": name, "chains": args.chains, "turns": args.turns, **got}))
 
 
@@ -213,14 +265,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="another checkout, measured after this one")
     what = "instructions per stored turn instead (callgrind: load-proof)"
     parser.add_argument("--instructions", action="store_true", help=what)
+    what = "chat: the same chains as chat completions (--instructions and --calls-only)"
+    parser.add_argument("--target", choices=["responses", "chat"], default="responses", help=what)
+    what = "only the Python calls per turn (cProfile; load-proof, a few seconds a tree)"
+    parser.add_argument("--calls-only", action="store_true", help=what)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--instructions-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.instructions_child is not None:
-        print(json.dumps(instructions_here(args.chains, args.turns, args.instructions_child)))
+        got = instructions_here(args.chains, args.turns, args.instructions_child, args.target)
+        print(json.dumps(got))
         return 0
     if args.instructions:
         instructions(args)
+        return 0
+    if args.calls_only:
+        calls_only(args)
         return 0
     got = run_here(args.chains, args.turns, args.rounds)
     if args.json:

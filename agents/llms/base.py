@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -121,6 +122,17 @@ class CallMeter(Protocol):
 
     async def settle(self, hold: Any, usage: Usage) -> None:
         """The call ended having used ``usage``: count it in place of the hold."""
+
+
+class StreamWatcher(Protocol):
+    """Told of one model call's stream as ``AsyncBaseLLM.watched_stream`` yields it (a
+    server's TTFT and token metrics)."""
+
+    def first_text(self, seconds: float) -> None:
+        """The first delta with text is being yielded, ``seconds`` after the call began."""
+
+    def usage(self, usage: Usage) -> None:
+        """The backend reported ``usage`` (told before the last delta is yielded)."""
 
 
 _call_meters: contextvars.ContextVar[tuple[CallMeter, ...]] = contextvars.ContextVar(
@@ -256,9 +268,17 @@ class AsyncBaseLLM:
             raise NotImplementedError(f"{type(self).__name__} implements no generation method")
         yield LLMDelta(finish_reason="stop")
 
-    async def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
+    def astream(self, messages: Messages, **kwargs: Any) -> AsyncIterator[LLMDelta]:
         """Stream deltas with stop words applied; the last delta has ``finish_reason``.
         The task's ``call_guard`` checks run first."""
+        return self.watched_stream(messages, kwargs, None)
+
+    async def watched_stream(
+        self, messages: Messages, kwargs: dict[str, Any], watcher: StreamWatcher | None
+    ) -> AsyncIterator[LLMDelta]:
+        """``astream``, telling ``watcher`` (if any) of the call's first text and its usage:
+        a server's model metrics without one more generator every delta passes through."""
+        start = time.perf_counter()
         for check in _call_guards.get():
             check()
         messages = with_instructions(messages)
@@ -276,16 +296,25 @@ class AsyncBaseLLM:
                 await meter.settle(hold, Usage())
             raise
         agen = self._astream(messages, **params)
+        filtering = bool(stop.stop_words)  # else the text passes as it is (per delta)
+        waiting = watcher is not None  # for the first text
         try:
             async for delta in agen:
+                plain = True  # no usage, no finish reason: the backend's delta may pass on
                 if delta.usage is not None:
-                    usage = delta.usage
+                    usage, plain = delta.usage, False
                 if delta.finish_reason is not None:
-                    finish = delta.finish_reason
-                text = stop.feed(delta.text)
+                    finish, plain = delta.finish_reason, False
+                text = stop.feed(delta.text) if filtering else delta.text
                 if text or delta.extra:
-                    yield LLMDelta(text=text, extra=delta.extra)
-                if stop.stopped:
+                    if waiting and text:
+                        waiting = False
+                        watcher.first_text(time.perf_counter() - start)  # type: ignore[union-attr]
+                    # The same values either way; a new delta only to drop usage or finish.
+                    yield (
+                        delta if plain and text is delta.text else LLMDelta(text, extra=delta.extra)
+                    )
+                if filtering and stop.stopped:
                     finish = "stop"
                     break
         finally:
@@ -298,6 +327,11 @@ class AsyncBaseLLM:
                     await meter.settle(hold, usage or Usage())  # reported) replaces its hold
         tail = stop.flush()
         record_usage(usage or Usage(), finish or "stop")
+        if watcher is not None:
+            if waiting and tail:
+                watcher.first_text(time.perf_counter() - start)
+            if usage is not None:
+                watcher.usage(usage)
         yield LLMDelta(text=tail, finish_reason=finish or "stop", usage=usage)
 
     async def chat(self, messages: Messages, **kwargs: Any) -> str:

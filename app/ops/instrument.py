@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages
+from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
 from app.ops.metrics import Metrics
 from app.schemas.vocab import WAITING
 
@@ -50,6 +50,21 @@ class RawTracer(Protocol):
     ) -> AsyncIterator[dict[str, Any]]: ...
 
 
+class _ModelMetrics:
+    """A model call's TTFT and usage into the metrics (``AsyncBaseLLM``'s ``StreamWatcher``)."""
+
+    def __init__(self, metrics: Metrics, model: str, provider: str) -> None:
+        self.metrics = metrics
+        self.model = model
+        self.provider = provider
+
+    def first_text(self, seconds: float) -> None:
+        self.metrics.time_to_first_token(self.model, seconds, self.provider)
+
+    def usage(self, usage: Usage) -> None:
+        self.metrics.tokens(self.model, usage.prompt_tokens, usage.completion_tokens, self.provider)
+
+
 class InstrumentedLLM(AsyncBaseLLM):
     """A model that records TTFT and usage per call; otherwise the same model."""
 
@@ -63,6 +78,7 @@ class InstrumentedLLM(AsyncBaseLLM):
         self.provider = provider or model  # its backend (gen_ai.provider.name)
         # Tracing's chat spans (app/ops/tracing_agents.py), set by ``trace``; None: off.
         self.tracer: ChatTracer | None = None
+        self._watcher = _ModelMetrics(metrics, model, self.provider)
 
     def trace(self, tracer: ChatTracer | None) -> None:
         """Open a ``chat {model}`` span per call with ``tracer`` (None: no spans)."""
@@ -87,9 +103,16 @@ class InstrumentedLLM(AsyncBaseLLM):
             self.model, self.provider, messages, params, lambda: self._measured(messages, kwargs)
         )
 
-    async def _measured(
-        self, messages: Messages, kwargs: dict[str, Any]
-    ) -> AsyncIterator[LLMDelta]:
+    def _measured(self, messages: Messages, kwargs: dict[str, Any]) -> AsyncIterator[LLMDelta]:
+        """The inner stream, its first-token time and usage recorded: by the inner model's
+        own stream when it is ``AsyncBaseLLM``'s (``watched_stream``: no generator of this
+        wrapper for every delta to pass through, issue 25), else by ``_wrapped``."""
+        inner = self.inner
+        if type(inner).astream is AsyncBaseLLM.astream:
+            return inner.watched_stream(messages, kwargs, self._watcher)
+        return self._wrapped(messages, kwargs)
+
+    async def _wrapped(self, messages: Messages, kwargs: dict[str, Any]) -> AsyncIterator[LLMDelta]:
         start = time.perf_counter()
         first = True
         metrics, model, provider = self.metrics, self.model, self.provider

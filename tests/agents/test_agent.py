@@ -273,6 +273,35 @@ async def test_abandoned_stream_stores_no_reply() -> None:
     assert [m.sender for m in agent.memory.get_memory()] == ["user"]  # type: ignore[union-attr]
 
 
+async def test_a_closed_stream_closes_forward_at_once() -> None:
+    """Closing a turn's stream early closes ``forward``'s generator in the same step (its
+    model call stopped: a served model's request aborted), not when it is collected."""
+    closed: list[str] = []
+
+    class Streaming(AsyncAgent):
+        async def forward(
+            self, *message: AgentMessage, session_id: Any = 0, **kwargs: Any
+        ) -> AsyncIterator[AgentMessage]:
+            try:
+                for text in ("a", "a b", "a b c"):
+                    yield AgentMessage(sender=self.name, content=text, stream_state=STREAM_ING)
+                yield AgentMessage(sender=self.name, content="a b c")
+            finally:
+                closed.append("forward")
+
+    agent = Streaming()
+    stream: AsyncIterator[AgentMessage] = agent.stream("x")
+    assert (await stream.__anext__()).content == "a"
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert closed == ["forward"]
+    assert [m.sender for m in agent.memory.get_memory()] == ["user"]  # type: ignore[union-attr]
+    # Read to its end, the same stream as before.
+    chunks = [c async for c in Streaming().stream("x")]
+    assert [c.content for c in chunks] == ["a", "a b", "a b c", "a b c"]
+    assert chunks[-1].stream_state == END
+    assert closed == ["forward", "forward"]
+
+
 async def test_the_reply_returned_is_apart_from_the_one_in_memory() -> None:
     """Changing the reply a call returns never changes the session's memory: a plain text
     reply (copied shallowly) and one whose fields hold containers (copied deeply)."""
