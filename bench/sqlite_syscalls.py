@@ -8,7 +8,8 @@ the calls that matter for SQLite (``pread64``: pages read again from the databas
 The counts do not depend on the machine's load (strace's own times do: not shown). With
 ``--baseline DIR`` that checkout's gateway is measured the same way, after this one.
 
-``python -m bench.sqlite_syscalls [--turns 640] [--mode stream] [--baseline DIR]``
+``python -m bench.sqlite_syscalls [--turns 640] [--mode stream] [--concurrency 32]
+[--history N] [--baseline DIR]``
 """
 
 from __future__ import annotations
@@ -25,19 +26,26 @@ from typing import Any
 
 from bench.common import http_json
 from bench.gateway import scripted_gateway
+from bench.persistence import history as filled
 from bench.turn_cpu import AGENT_SPEC, MODES, turns
 
 SHOWN = ("pread64", "pwrite64", "fdatasync", "fcntl", "write", "read")
 
 
-def measure(tree: Path | None, n: int, concurrency: int, mode: str) -> dict[str, Any]:
-    """Syscalls per turn of one gateway (``tree``: another checkout)."""
+def measure(
+    tree: Path | None, n: int, concurrency: int, mode: str, history: int = 0
+) -> dict[str, Any]:
+    """Syscalls per turn of one gateway (``tree``: another checkout); ``history``: each
+    session's memory pre-filled with that many messages (``bench.persistence``'s)."""
     with scripted_gateway("sqlite_syscalls", "sqlite", tree) as gw:
         http_json("POST", f"{gw.base_url}/v1/agents", {"name": "a", "spec": AGENT_SPEC})
         sessions = [
             str(http_json("POST", f"{gw.base_url}/v1/sessions", {"agent": "a"})["id"])
             for _ in range(concurrency)
         ]
+        if history:
+            for sid in sessions:
+                http_json("PUT", f"{gw.base_url}/v1/sessions/{sid}/memory", filled(history))
         for warm in MODES:
             asyncio.run(turns(gw, sessions, concurrency * 2, warm))
         assert gw.proc is not None
@@ -74,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=640)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--mode", default="stream", choices=MODES)
+    parser.add_argument("--history", type=int, default=0, help="messages per session first")
     parser.add_argument("--baseline", type=Path, help="another checkout, measured after this one")
     args = parser.parse_args(argv)
     if shutil.which("strace") is None:
@@ -82,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline is not None:
         trees.append(("old", args.baseline.resolve()))
     for name, tree in trees:
-        row = measure(tree, args.turns, args.concurrency, args.mode)
-        print(json.dumps({"gateway": name, "mode": args.mode, **row}), flush=True)
+        row = measure(tree, args.turns, args.concurrency, args.mode, args.history)
+        print(json.dumps({"gateway": name, "mode": args.mode, "history": args.history, **row}))
     return 0
 
 
