@@ -46,6 +46,11 @@ def create_engine(
     """
     if url.startswith("sqlite"):  # statements on the loop's thread: app/db/sqlite_inline.py
         kwargs.setdefault("async_creator", inline_creator(url))
+        # The connection used last goes out next: SQLite drops a connection's whole page cache
+        # when another connection wrote since its last read, so a FIFO pool under concurrent
+        # turns read ~50 pages again per turn (pread64, bench/README.md "SQLite turn"); LIFO
+        # keeps reusing the connection that wrote last (~4). Same statements, same commits.
+        kwargs.setdefault("pool_use_lifo", True)
     else:
         kwargs.setdefault("pool_pre_ping", ping_idle_s <= 0)
         kwargs.setdefault("pool_size", pool_size)

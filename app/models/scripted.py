@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 from agents.llms.base import AsyncBaseLLM, LLMDelta, Messages, Usage
 from agents.llms.scripted import split_words
 from app.engines.base import ModelHandle
 from app.models.raw import LLMRawBackend
+
+_CONTENT = itemgetter("content")
 
 
 def count_words(
@@ -22,13 +25,12 @@ def count_words(
     """Prompt size in words (the scripted backend's token unit). A session's whole history is
     counted on every turn, so each text's count is kept: ``_kept`` (this function's own, text ->
     count), emptied when the texts kept reach 8 million characters (``_size``)."""
-    contents = [m.get("content") for m in messages]
-    try:  # every text seen before: no split, no Python loop
-        return sum(map(_kept.__getitem__, contents))
-    except (KeyError, TypeError):  # a new text, or content that is not text
+    try:  # every message has text seen before: no split, no Python loop
+        return sum(map(_kept.__getitem__, map(_CONTENT, messages)))
+    except (KeyError, TypeError):  # a new text, content that is not text, or no content
         pass
     total = 0
-    for content in contents:
+    for content in (m.get("content") for m in messages):
         if content is not None and type(content) is not str:
             total += len(str(content or "").split())
             continue
@@ -47,11 +49,19 @@ def count_words(
 Reply = str | dict[str, Any]
 
 
+def _last_user(messages: Sequence[dict[str, Any]]) -> str:
+    """The last ``user`` message's text ("" without one), found from the end: a session's
+    whole history is the prompt, and its last user message is almost always near the end."""
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            return str(m.get("content") or "")
+    return ""
+
+
 def _fill(reply: Reply, messages: Messages) -> Reply:
     """``{user}``/``{last}`` filled in a reply's text (a tool-call turn: its content and its
     calls' string arguments)."""
-    users = [m for m in messages if m.get("role") == "user"]
-    user = str(users[-1].get("content") or "") if users else ""
+    user = _last_user(messages)
     last = str(messages[-1].get("content") or "") if messages else ""
 
     def fill(text: str) -> str:
@@ -102,8 +112,7 @@ class ScriptedModelLLM(AsyncBaseLLM):
         concurrent sessions, and a session after a cancelled run, each follow the script.
         """
         if not self.replies:
-            users = [m for m in messages if m.get("role") == "user"]
-            return str(users[-1].get("content") or "") if users else ""
+            return _last_user(messages)
         if self.cycle == "conversation":
             done = sum(1 for m in messages if m.get("role") == "assistant")
             reply = self.replies[done % len(self.replies)]

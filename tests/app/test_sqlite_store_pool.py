@@ -92,3 +92,22 @@ async def test_the_chain_end_finds_the_latest_run_without_sorting_the_sessions_r
     steps = await raw.on_sqlite(engine, plan)
     assert any("ix_runs_session_pk_created_at" in step for step in steps), steps
     assert not any("TEMP B-TREE" in step for step in steps), steps
+
+
+async def test_the_connection_back_last_is_the_next_one_out(engine: AsyncEngine) -> None:
+    """LIFO: the run store's next transaction gets the connection used last, whose page
+    cache is still valid; another connection's would be reset by that write (SQLite drops a
+    connection's whole cache when the database changed under it) and its pages read again."""
+
+    def handle_of(handle: sqlite3.Connection) -> sqlite3.Connection:
+        return handle
+
+    async with engine.connect() as held:  # two connections out at once: the pool holds both
+        await held.exec_driver_sql("SELECT 1")
+        raw_held = await held.get_raw_connection()
+        last = raw_held.driver_connection._connection  # type: ignore[union-attr]
+        first = await raw.on_sqlite(engine, handle_of)
+    # ``first`` went back before ``held``'s connection: a FIFO pool would give ``first`` now.
+    assert first is not last
+    assert await raw.on_sqlite(engine, handle_of) is last
+    assert await raw.on_sqlite(engine, handle_of) is last  # and again: not the other one
