@@ -14,13 +14,27 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _escape = json.encoder.encode_basestring  # C; what ensure_ascii=False uses for strings
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_dumps = _ENCODER.encode
+# ``_ENCODER.encode``'s own C encoder, made once: ``encode`` and ``iterencode`` are Python
+# frames that built a new one for every call (a stored turn encodes ~13 objects: its event
+# rows and frames; issue 25). The same arguments ``iterencode`` passes, except ``markers``:
+# None, no circular-reference check (a cycle raises RecursionError instead of ValueError;
+# the gateway encodes trees it built or parsed).
+_make = getattr(json.encoder, "c_make_encoder", None)
+_iterencode: Any = (
+    None
+    if _make is None
+    else _make(None, _ENCODER.default, _escape, None, ":", ",", False, False, True)
+)
 
 
 def dumps(obj: Any) -> bytes:
     """Compact JSON (no spaces, UTF-8 kept), as the gateway writes every SSE event."""
-    return _dumps(obj).encode()
+    if _iterencode is None:  # no C accelerator: the Python encoder
+        return _dumps(obj).encode()
+    return "".join(_iterencode(obj, 0)).encode()
 
 
 class EncodedJSON(dict[str, Any]):

@@ -60,3 +60,21 @@ def test_sse_frames() -> None:
     assert frame(comment="end", retry=5) == b": end\nretry: 5\n\n"
     assert data_frame(EncodedJSON.parse(b'{"x": 1}')) == b'data: {"x": 1}\n\n'
     assert data_frame({"x": 1}) == b'data: {"x":1}\n\n'
+
+
+def test_dumps_is_the_compact_json_encoding_byte_for_byte() -> None:
+    """``dumps`` (the C encoder made once) writes what ``json.dumps`` with compact separators
+    and UTF-8 kept writes, and refuses what it refuses."""
+    from app.schemas.vocab import EventType
+
+    values = [
+        "é \n\"\\ \x00 \u2028", 1, -0.0, 1.5, 1e16, 1e-7, float("inf"), float("nan"), None, True,
+        [], {}, (1, "a"), 123456789012345678901234567890, EventType.MESSAGE_DELTA,
+        {"a": [1, {"b": "ü"}], 2: None, 1.5: "k", True: 1, None: 2},
+        EncodedJSON({"x": [EventType.RUN_CREATED, 2.5]}),
+    ]  # fmt: skip
+    for value in values:
+        assert dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    for bad in ({"a": object()}, {(1, 2): 1}, b"x"):
+        with pytest.raises(TypeError):
+            dumps(bad)
