@@ -187,3 +187,16 @@ def test_agentic_bench_runs_the_same_cells_on_both_sides() -> None:
     # product's default, no argument deltas, it is the complete call: docs/engine.md).
     assert sides["A"]["post_tool_ttft_p50_ms"] <= sides["A"]["post_tool_call_p50_ms"]
     assert [g.met is not None for g in result.goals] == [True, True, True]
+
+
+def test_fixed_cost_bench_counts_a_stored_turn_and_where_its_calls_go() -> None:
+    import cProfile
+
+    from bench import fixed_cost, inproc
+
+    profile, reply = cProfile.Profile, inproc.REPLY
+    got = fixed_cost.counted("responses", 1, chains=1, turns=1, top=5)
+    assert got["calls"] > 500 and got["follower_wakeups"] >= 0 and got["loop_iterations"] >= 0
+    names = [name for name, _ in got["inclusive"]]
+    assert len(names) == 5 and all(":" in name for name in names)
+    assert (cProfile.Profile, inproc.REPLY) == (profile, reply)  # put back
