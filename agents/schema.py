@@ -90,6 +90,12 @@ class ActionReturn:
         return data
 
 
+#: Assignments of an ``AgentMessage``'s ``content`` or ``sender`` so far (any message): the
+#: aggregator's kept renders are valid only while this count is what it was when they were made.
+RENDER_EDITS = [0]
+_RENDERED_FIELDS = frozenset({"content", "sender"})
+
+
 class AgentMessage(BaseModel):
     """One message between users, agents and tools (lagent's ``AgentMessage``)."""
 
@@ -117,6 +123,13 @@ class AgentMessage(BaseModel):
             except ValueError:
                 return value
         return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A stored message's text or sender assigned anew: renders of it kept by
+        # ``agents.aggregator`` are stale from now on (``RENDER_EDITS``).
+        if name in _RENDERED_FIELDS:
+            RENDER_EDITS[0] += 1
+        super().__setattr__(name, value)
 
     def copy(self, *, deep: bool = False, **_: Any) -> AgentMessage:  # type: ignore[override,unused-ignore]
         """lagent's ``msg.copy(deep=True)`` without pydantic's deprecation warning."""
