@@ -173,14 +173,14 @@ def _keep(
     edits: int,
 ) -> None:
     """Keep the render of ``messages`` (``out[start:]``), made from ``kept``'s when not None."""
+    if len(messages) > _KEPT_LIMIT:
+        return
     if kept is None:
         rendered = list(map(dict.copy, out[start:]))
     else:  # its last dict may have had a new user text joined: copied again
         reused = len(kept.rendered) - 1
         rendered = kept.rendered[:reused] + list(map(dict.copy, out[start + reused :]))
     render = _Render(list(messages), rendered, out[-1]["role"] == "user", edits)
-    if len(messages) > _KEPT_LIMIT:
-        return
     key = (id(messages[0]), name)
     with _KEPT_LOCK:
         old = _KEPT.pop(key, None)
