@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import copy
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from operator import is_
 from typing import Any, TypeGuard
 
 from agents.hooks import action_return_text
 from agents.memory import Memory
-from agents.schema import ActionReturn, AgentMessage
+from agents.schema import RENDER_EDITS, ActionReturn, AgentMessage
 
 Messages = list[dict[str, Any]]
 SystemInstruction = str | dict[str, Any] | Sequence[dict[str, Any]]
@@ -53,22 +57,54 @@ class DefaultAggregator:
     def _render(
         self, out: Messages, messages: Sequence[AgentMessage], name: str, parser: Any
     ) -> None:
-        """Append the chat messages for ``messages`` (``name``'s own and the others') to ``out``."""
-        # One pass over the whole history per model call: kept tight (no lookups in the last
-        # turn's dict, no conversion of text that is already a string).
+        """Append the chat messages for ``messages`` (``name``'s own and the others') to ``out``.
+
+        A session's history is rendered again on every model call; the render of its messages
+        is kept (``_KEPT``) and the next call that starts with the same message objects copies
+        it and renders only the messages after them."""
         last = out[-1] if out else None
         merge = last is not None and last["role"] == "user" and isinstance(last["content"], str)
+        start, edits = len(out), RENDER_EDITS[0]
+        keep = not merge and len(messages) > 0  # renders kept start from no merge
+        kept = _kept(messages, name, edits) if keep else None
+        done = 0
+        if kept is not None:
+            out.extend(map(dict.copy, kept.rendered))  # copies: a caller may change its prompt
+            last, merge, done = out[-1], kept.merge, len(kept.messages)
+        plain = self._render_from(out, messages, done, name, last, merge)
+        if keep and plain and len(messages) > done:
+            _keep(messages, name, out, start, kept, edits)
+
+    @staticmethod
+    def _render_from(
+        out: Messages,
+        messages: Sequence[AgentMessage],
+        done: int,
+        name: str,
+        last: dict[str, Any] | None,
+        merge: bool,
+    ) -> bool:
+        """Append the chat messages for ``messages[done:]``; True when every one of them had text
+        for content (a render that stays right while the message is not assigned anew)."""
+        # One pass over the new messages per model call: kept tight (no lookups in the last
+        # turn's dict, no conversion of text that is already a string).
+        plain = True
         append = out.append
-        for message in messages:
-            content = message.content
-            if message.sender == name:
+        for message in messages[done:] if done else messages:
+            # The fields from the message's own dict: an attribute read of a pydantic model
+            # goes through its ``__getattr__`` hook (three type lookups), once here, not twice.
+            fields = message.__dict__
+            content = fields["content"]
+            if fields["sender"] == name:
                 if type(content) is not str:
                     content = str(content)
+                    plain = False
                 append({"role": "assistant", "content": content})
                 merge = False
                 continue
             if type(content) is not str:
                 content = _content(message)
+                plain = False
             if merge and isinstance(content, str):
                 assert last is not None
                 last["content"] += content
@@ -76,6 +112,7 @@ class DefaultAggregator:
                 last = {"role": "user", "content": content}
                 append(last)
                 merge = isinstance(content, str)
+        return plain
 
     @staticmethod
     def aggregate_system_instruction(system_instruction: SystemInstruction) -> Messages:
@@ -94,6 +131,66 @@ class DefaultAggregator:
 
     # lagent's spelling, kept for ported subclasses.
     aggregate_system_intruction = aggregate_system_instruction
+
+
+@dataclass(frozen=True)
+class _Render:
+    """``DefaultAggregator``'s render of ``messages`` for ``name`` (from no merge), valid while
+    ``RENDER_EDITS`` is ``edits``: ``rendered`` never handed out, only copies of its dicts."""
+
+    messages: list[AgentMessage]
+    rendered: Messages
+    merge: bool  # its last message is a user text the next user text joins
+    edits: int
+
+
+_KEPT: OrderedDict[tuple[int, str], _Render] = OrderedDict()  # (id of the first message, name)
+_KEPT_MESSAGES = [0]  # messages held by ``_KEPT``
+_KEPT_LIMIT = 50_000  # at most, over all renders (~100 bytes each: the dicts and references)
+_KEPT_LOCK = threading.Lock()
+
+
+def _kept(messages: Sequence[AgentMessage], name: str, edits: int) -> _Render | None:
+    """The kept render of the first messages of ``messages`` (the same objects, in the same
+    order, none assigned anew since), or None."""
+    with _KEPT_LOCK:
+        kept = _KEPT.get((id(messages[0]), name))
+        if kept is None:
+            return None
+        _KEPT.move_to_end((id(messages[0]), name))
+    prefix = kept.messages
+    if kept.edits != edits or len(prefix) > len(messages) or not all(map(is_, prefix, messages)):
+        return None
+    return kept
+
+
+def _keep(
+    messages: Sequence[AgentMessage],
+    name: str,
+    out: Messages,
+    start: int,
+    kept: _Render | None,
+    edits: int,
+) -> None:
+    """Keep the render of ``messages`` (``out[start:]``), made from ``kept``'s when not None."""
+    if len(messages) > _KEPT_LIMIT:
+        return
+    if kept is None:
+        rendered = list(map(dict.copy, out[start:]))
+    else:  # its last dict may have had a new user text joined: copied again
+        reused = len(kept.rendered) - 1
+        rendered = kept.rendered[:reused] + list(map(dict.copy, out[start + reused :]))
+    render = _Render(list(messages), rendered, out[-1]["role"] == "user", edits)
+    key = (id(messages[0]), name)
+    with _KEPT_LOCK:
+        old = _KEPT.pop(key, None)
+        if old is not None:
+            _KEPT_MESSAGES[0] -= len(old.messages)
+        _KEPT[key] = render
+        _KEPT_MESSAGES[0] += len(messages)
+        while _KEPT_MESSAGES[0] > _KEPT_LIMIT:
+            _, evicted = _KEPT.popitem(last=False)
+            _KEPT_MESSAGES[0] -= len(evicted.messages)
 
 
 class ToolAggregator(DefaultAggregator):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass
 from enum import Enum, IntEnum
 from typing import Any
@@ -90,6 +91,13 @@ class ActionReturn:
         return data
 
 
+#: Assignments of an ``AgentMessage``'s ``content`` or ``sender`` so far (any message): the
+#: aggregator's kept renders are valid only while this count is what it was when they were made.
+RENDER_EDITS = [0]
+_RENDERED_FIELDS = frozenset({"content", "sender"})
+_EDITS_LOCK = threading.Lock()
+
+
 class AgentMessage(BaseModel):
     """One message between users, agents and tools (lagent's ``AgentMessage``)."""
 
@@ -117,6 +125,16 @@ class AgentMessage(BaseModel):
             except ValueError:
                 return value
         return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        # A stored message's text or sender assigned anew: renders of it kept by
+        # ``agents.aggregator`` are stale from now on (``RENDER_EDITS``). Counted after the
+        # assignment (a render made in between is made under the old count), under a lock (no
+        # increment lost between threads).
+        if name in _RENDERED_FIELDS:
+            with _EDITS_LOCK:
+                RENDER_EDITS[0] += 1
 
     def copy(self, *, deep: bool = False, **_: Any) -> AgentMessage:  # type: ignore[override,unused-ignore]
         """lagent's ``msg.copy(deep=True)`` without pydantic's deprecation warning."""
