@@ -73,12 +73,24 @@ async def test_a_failed_start_up_is_an_error_for_each_waiter_and_retried(
     base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real, failures = selftest.detect, [OSError("no space left on device")]
+    start, joined = KernelPool._start, [0]
+
+    async def counted(pool: KernelPool, wait_s: float | None) -> Level:
+        joined[0] += 1
+        return await start(pool, wait_s)
 
     async def flaky(pool: KernelPool) -> Level:
         if failures:
+            # Fails once both callers wait on this start-up (else, on a loaded machine, the
+            # tool call could arrive after the failure and rightly start it again).
+            for _ in range(1000):
+                if joined[0] >= 2:
+                    break
+                await asyncio.sleep(0.01)
             raise failures.pop()
         return await real(pool)
 
+    monkeypatch.setattr(KernelPool, "_start", counted)
     monkeypatch.setattr(selftest, "detect", flaky)
     pool = KernelPool(sandbox_config(base))
     try:
