@@ -88,9 +88,7 @@ async def app_client(
         app = create_app(
             Settings(database_url=url, models=json.dumps([model]), api_keys=f"a:{KEY}", **fields)
         )
-        async with LifespanManager(app):
-            for logger in ("httpx", "agentstation.runs"):
-                logging.getLogger(logger).setLevel(logging.WARNING)
+        async with LifespanManager(app), quiet_logs("httpx", "agentstation.runs"):
             if on_app is not None:
                 on_app(app)
             transport = streaming_transport(app) if streamed else httpx.ASGITransport(app=app)
@@ -99,6 +97,30 @@ async def app_client(
                 transport=transport, base_url="http://t", headers=headers
             ) as client:
                 yield client
+
+
+class quiet_logs:
+    """``names``' loggers at WARNING while a measurement runs, their levels put back after:
+    the suite runs benches in its own process (tests/bench), and a level left behind there
+    silenced ``agentstation.runs`` for every later test of that worker."""
+
+    def __init__(self, *names: str) -> None:
+        self.loggers = [logging.getLogger(name) for name in names]
+        self.levels = [logger.level for logger in self.loggers]
+
+    def __enter__(self) -> None:
+        for logger in self.loggers:
+            logger.setLevel(logging.WARNING)
+
+    def __exit__(self, *exc: object) -> None:
+        for logger, level in zip(self.loggers, self.levels, strict=True):
+            logger.setLevel(level)
+
+    async def __aenter__(self) -> None:
+        self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__(*exc)
 
 
 async def asgi_post(app: Any, path: str, data: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:

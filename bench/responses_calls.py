@@ -27,7 +27,6 @@ import asyncio
 import cProfile
 import http.client
 import json
-import logging
 import pstats
 import shutil
 import statistics
@@ -43,6 +42,7 @@ from app.db.migrate import upgrade
 from app.main import create_app
 from app.settings import Settings
 from bench.callgrind import control, dumped
+from bench.inproc import quiet_logs
 
 KEY = "bench-key"
 CHAT = {"model": "scripted", "messages": [{"role": "user", "content": "hello world"}]}
@@ -73,8 +73,7 @@ async def measure(
         )
         app = create_app(settings)
         out: dict[str, pstats.Stats] = {}
-        async with LifespanManager(app):
-            logging.getLogger("httpx").setLevel(logging.WARNING)
+        async with LifespanManager(app), quiet_logs("httpx"):
             transport = httpx.ASGITransport(app=app)
             headers = {"Authorization": f"Bearer {KEY}"}
             async with httpx.AsyncClient(

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import cProfile
 import json
-import logging
 import os
 import pstats
 import sys
@@ -36,7 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.inproc import asgi_post, last_json
+from bench.inproc import asgi_post, last_json, quiet_logs
 
 KEY = "bench-key"
 TARGETS = ("create", "conversation", "turn", "new_conversation")
@@ -99,9 +98,7 @@ async def measure(
                             sandbox_enabled=False, access_log=False,
                             session_cache_ttl_s=3600, tenant_budget_ttl_s=3600)  # fmt: skip
         app = create_app(settings)
-        async with LifespanManager(app):
-            for name in ("httpx", "agentstation.runs"):
-                logging.getLogger(name).setLevel(logging.WARNING)
+        async with LifespanManager(app), quiet_logs("httpx", "agentstation.runs"):
             statements = [0]
             raw.listeners.append(lambda _sql: statements.__setitem__(0, statements[0] + 1))
             engine = app.state.agentstation.engine

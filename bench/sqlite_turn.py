@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import cProfile
 import json
-import logging
 import os
 import pstats
 import re
@@ -114,6 +113,7 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     from app.db.migrate import upgrade
     from app.main import create_app
     from app.settings import Settings
+    from bench.inproc import quiet_logs
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,9 +124,7 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                             sandbox_enabled=False, access_log=False,
                             session_cache_ttl_s=3600, tenant_budget_ttl_s=3600)  # fmt: skip
         app = create_app(settings)
-        async with LifespanManager(app):
-            for name in ("httpx", "agentstation.runs"):
-                logging.getLogger(name).setLevel(logging.WARNING)
+        async with LifespanManager(app), quiet_logs("httpx", "agentstation.runs"):
             from app.cli import freeze_gc_heap
 
             freeze_gc_heap(None)  # the collector as ``serve`` sets it
